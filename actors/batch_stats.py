@@ -1,0 +1,50 @@
+"""Rollout metrics of one batch (names are the DESIGN.md contract)."""
+from __future__ import annotations
+
+import math
+import statistics
+
+from actors.trajectory import Trajectory
+from envs.outcomes import Outcome
+
+
+def tail_fraction(trajs: list[Trajectory]) -> float | None:
+    """Share of the batch's rollout wall time that came after 90% of its trajectories finished."""
+    if len(trajs) < 2:
+        return None
+    start = min(t.started_s for t in trajs)
+    ends = sorted(t.finished_s for t in trajs)
+    span = ends[-1] - start
+    if span <= 0:
+        return 0.0
+    t90 = ends[math.ceil(0.9 * len(ends)) - 1]
+    return (ends[-1] - t90) / span
+
+
+def _rate(trajs: list[Trajectory], outcome: Outcome) -> float | None:
+    return sum(t.outcome == outcome.value for t in trajs) / len(trajs) if trajs else None
+
+
+def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int, window_s: float) -> dict:
+    """kept: the trajectories trained in this batch; finished: all returned since the last batch."""
+    staleness = [version - t.oldest_version for t in kept]
+    by_source: dict[str, int] = {}
+    for t in finished:
+        if t.is_infra_error:
+            by_source[t.infra_source or "unknown"] = by_source.get(t.infra_source or "unknown", 0) + 1
+    starts = [t.sandbox_start_s for t in finished if t.sandbox_start_s is not None]
+    return {
+        "reward_mean": statistics.fmean(t.reward for t in kept) if kept else None,
+        "resolved_rate": _rate(finished, Outcome.RESOLVED),
+        "truncated_rate": _rate(finished, Outcome.TRUNCATED),
+        "format_error_rate": _rate(finished, Outcome.FORMAT_ERROR),
+        "infra_error_rate": _rate(finished, Outcome.INFRA_ERROR),
+        "infra_error_by_source": by_source,
+        "staleness_mean": statistics.fmean(staleness) if staleness else None,
+        "staleness_max": max(staleness) if staleness else None,
+        "tail_fraction": tail_fraction(kept),
+        "turns_mean": statistics.fmean(t.turns for t in kept) if kept else None,
+        "tokens_mean": statistics.fmean(t.num_generated for t in kept) if kept else None,
+        "sandbox_start_p50_s": statistics.median(starts) if starts else None,
+        "rollout_traj_per_hour": len(finished) * 3600.0 / window_s if window_s > 0 else None,
+    }

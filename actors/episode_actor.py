@@ -1,0 +1,104 @@
+"""EpisodeActor: runs one agent episode at a time, then asks for the next.
+
+It knows the policy side (tokens in, tokens out) and a gymnasium text env; it knows no
+particular environment. Infra failures are classified here, never scored.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import gymnasium
+
+import envs  # noqa: F401 - registers the swerve/* environments with gymnasium
+from actors.sample_collector import STOP
+from actors.trajectory import Trajectory, WorkItem
+from configs.schema import EnvConfig, RolloutConfig
+from envs.outcomes import InfraError, InfraSource, Outcome
+from policies.conversation import Conversation
+from policies.sampler import SampleRequest
+from policies.tokenizer import load_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class EpisodeActor:
+    def __init__(self, index: int, rollout: RolloutConfig, env_cfg: EnvConfig, tokenizer_path: str,
+                 engines, collector, sandbox):
+        """engines: an EngineRouter; collector: a SampleCollector (or its proxy); sandbox: a Sandbox."""
+        self.name = f"episode-{index}"
+        self.cfg = rollout
+        self.env_cfg = env_cfg
+        self.tokenizer = load_tokenizer(tokenizer_path)
+        self.stop_ids = (self.tokenizer.convert_tokens_to_ids("<|im_end|>"),)
+        self.engines = engines
+        self.collector = collector
+        self.sandbox = sandbox
+        self.env = gymnasium.make(env_cfg.id, **env_cfg.kwargs)
+        self.episodes = 0
+
+    def run(self) -> dict:
+        """Work until the collector says stop; returns how many episodes ran."""
+        while True:
+            work = self.collector.acquire(self.name)
+            if work == STOP:
+                break
+            if work is None:
+                time.sleep(self.cfg.poll_interval_s)
+                continue
+            self.collector.submit(self.run_episode(work))
+        self.env.close()
+        return {"actor": self.name, "episodes": self.episodes}
+
+    def run_episode(self, work: WorkItem) -> Trajectory:
+        self.episodes += 1
+        traj = Trajectory(work.group_id, work.member, work.attempt, work.task_id, work.admitted_version,
+                          outcome=Outcome.TRUNCATED.value, started_s=time.time())
+        sticky_key = f"{self.name}/{self.episodes}"
+        conv = None
+        try:
+            obs, info = self.env.reset(seed=work.seed, options={"task": work.task, "sandbox": self.sandbox})
+            traj.sandbox_start_s = info.get("sandbox_start_s")
+            conv = Conversation(self.tokenizer, self.env_cfg.system_prompt, obs)
+            self._play(work, conv, traj, sticky_key)
+        except InfraError as err:
+            self._mark_infra(traj, err.source, str(err))
+        except Exception as err:  # noqa: BLE001 - classified and counted as infra_error(unknown), never scored
+            log.exception("%s: episode of %s crashed", self.name, work.task_id)
+            self._mark_infra(traj, InfraSource.UNKNOWN, f"{type(err).__name__}: {err}")
+        finally:
+            self.engines.release(sticky_key)
+        if conv is not None:
+            traj.token_ids, traj.loss_mask = list(conv.token_ids), list(conv.loss_mask)
+            traj.logprobs, traj.versions = list(conv.logprobs), list(conv.versions)
+            traj.messages = conv.messages()
+        traj.finished_s = time.time()
+        return traj
+
+    def _play(self, work: WorkItem, conv: Conversation, traj: Trajectory, sticky_key: str) -> None:
+        deadline = time.monotonic() + self.cfg.max_episode_seconds
+        for turn in range(self.cfg.max_turns):
+            room = self.cfg.max_total_tokens - len(conv.token_ids)
+            if room <= 0:
+                return  # token cap: stays TRUNCATED
+            request = SampleRequest(list(conv.token_ids), min(self.cfg.max_tokens_per_turn, room),
+                                    self.cfg.temperature, self.cfg.top_p, self.stop_ids,
+                                    seed=(work.seed * 1009 + turn) % 2**31)
+            out = self.engines.generate(request, sticky_key)
+            text = conv.append_generation(out.token_ids, out.logprobs, out.versions)
+            obs, reward, terminated, truncated, info = self.env.step(text)
+            traj.turns += 1
+            if terminated or truncated:
+                traj.reward = float(reward)
+                traj.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
+                return
+            if time.monotonic() > deadline:
+                return  # time cap: stays TRUNCATED
+            conv.append_observation(obs)
+
+    @staticmethod
+    def _mark_infra(traj: Trajectory, source: InfraSource, message: str) -> None:
+        traj.outcome = Outcome.INFRA_ERROR.value
+        traj.infra_source = source.value
+        traj.error = message[:2000]
+        traj.reward = 0.0

@@ -1,0 +1,200 @@
+"""The only owner of "what is trainable": admission, groups, advantages, batches, accounting.
+
+Counts are in trajectories (one dispatched attempt of one group member); admission is
+counted in groups (AReaL's capacity rule). Every path keeps the identity
+
+    admitted = in_flight + buffered + trained + dropped_stale + infra_excluded + quarantined
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from actors.batch_stats import batch_stats
+from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem
+from configs.schema import RolloutConfig
+
+STOP = "stop"
+COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined")
+
+
+class AccountingError(RuntimeError):
+    pass
+
+
+@dataclass
+class _Group:
+    group_id: int
+    task: object
+    task_id: str
+    admitted_version: int
+    size: int
+    members: dict = field(default_factory=dict)  # member index -> Trajectory
+    dead: bool = False  # its task was quarantined
+
+    @property
+    def complete(self) -> bool:
+        return not self.dead and len(self.members) == self.size
+
+
+class SampleCollector:
+    def __init__(self, cfg: RolloutConfig, tasks: Sequence, task_ids: Sequence[str], seed: int):
+        if not tasks:
+            raise ValueError("the task set is empty: check tasks.source / tasks.split / tasks.ids")
+        self.cfg = cfg
+        self._tasks = list(tasks)
+        self._task_ids = list(task_ids)
+        self._rng = random.Random(seed)
+        self._order: list[int] = []
+        self._cursor = 0
+        self.version = 0
+        self.counts = {name: 0 for name in COUNTERS}
+        self.groups_admitted = 0
+        self.quarantined_tasks: dict[str, str] = {}
+        self._groups: dict[int, _Group] = {}
+        self._pending: deque[WorkItem] = deque()
+        self._finished_since_batch: list[Trajectory] = []
+        self._stopped = False
+        self._last_batch_s = time.monotonic()
+
+    # -- admission ---------------------------------------------------------------------
+    def _capacity_groups(self) -> int:
+        staleness = 0 if self.cfg.mode == "sync" else self.cfg.max_staleness
+        return (staleness + self.version + 1) * self.cfg.groups_per_batch
+
+    def _next_task_index(self) -> Optional[int]:
+        for _ in range(len(self._tasks) + 1):
+            if self._cursor >= len(self._order):
+                self._order = list(range(len(self._tasks)))
+                self._rng.shuffle(self._order)
+                self._cursor = 0
+            index = self._order[self._cursor]
+            self._cursor += 1
+            if self._task_ids[index] not in self.quarantined_tasks:
+                return index
+        return None
+
+    def _admit_group(self) -> bool:
+        index = self._next_task_index()
+        if index is None:
+            return False
+        group = _Group(self.groups_admitted, self._tasks[index], self._task_ids[index], self.version, self.cfg.group_size)
+        self._groups[group.group_id] = group
+        self.groups_admitted += 1
+        for member in range(group.size):
+            seed = self._rng.randrange(2**31)
+            self._pending.append(WorkItem(group.task, group.task_id, group.group_id, member, 0, self.version, seed))
+        return True
+
+    def acquire(self, worker: str = "") -> Optional[WorkItem] | str:
+        """Next work item, None when the staleness budget is spent, STOP when the run ends."""
+        if self._stopped:
+            return STOP
+        if not self._pending and self.groups_admitted < self._capacity_groups():
+            self._admit_group()
+        if not self._pending:
+            return None
+        item = self._pending.popleft()
+        self.counts["admitted"] += 1
+        self.counts["in_flight"] += 1
+        return item
+
+    # -- results ----------------------------------------------------------------------
+    def submit(self, traj: Trajectory) -> None:
+        self.counts["in_flight"] -= 1
+        self._finished_since_batch.append(traj)
+        group = self._groups.get(traj.group_id)
+        if group is None:
+            raise AccountingError(f"trajectory for unknown group {traj.group_id}")
+        if traj.is_infra_error:
+            self.counts["infra_excluded"] += 1
+            if group.dead:
+                return
+            if traj.attempt < self.cfg.max_infra_retries:
+                # Re-run only this member; the rest of the group waits in the buffer.
+                retry = WorkItem(group.task, group.task_id, group.group_id, traj.member, traj.attempt + 1,
+                                 self.version, self._rng.randrange(2**31))
+                self._pending.appendleft(retry)
+            else:
+                self._quarantine(group, f"{traj.attempt + 1} infra errors, last: {traj.infra_source}: {traj.error}")
+            return
+        if group.dead:
+            self.counts["quarantined"] += 1
+            return
+        group.members[traj.member] = traj
+        self.counts["buffered"] += 1
+
+    def _quarantine(self, group: _Group, reason: str) -> None:
+        self.quarantined_tasks[group.task_id] = reason
+        for dead in [g for g in self._groups.values() if g.task_id == group.task_id]:
+            dead.dead = True
+            self.counts["buffered"] -= len(dead.members)
+            self.counts["quarantined"] += len(dead.members)
+            dead.members.clear()
+        self._pending = deque(w for w in self._pending if w.task_id != group.task_id)
+
+    # -- batches ----------------------------------------------------------------------
+    def next_batch(self, temperature: float) -> Optional[Batch]:
+        ready = [g for g in self._groups.values() if g.complete]
+        if len(ready) < self.cfg.groups_per_batch:
+            return None
+        ready.sort(key=lambda g: g.group_id)
+        samples, kept, stale = [], [], []
+        for group in ready[: self.cfg.groups_per_batch]:
+            del self._groups[group.group_id]
+            fresh = []
+            for traj in group.members.values():
+                if self.version - traj.oldest_version > self.cfg.max_staleness:
+                    stale.append(traj)
+                else:
+                    fresh.append(traj)
+            self.counts["buffered"] -= len(group.members)
+            self.counts["dropped_stale"] += len(group.members) - len(fresh)
+            self.counts["trained"] += len(fresh)
+            for traj, advantage in zip(fresh, self._advantages(fresh)):
+                samples.append(TrainSample(traj.token_ids, traj.loss_mask, traj.logprobs, advantage))
+                kept.append(traj)
+        finished, self._finished_since_batch = self._finished_since_batch, []
+        now = time.monotonic()
+        stats = batch_stats(kept, finished, self.version, now - self._last_batch_s)
+        self._last_batch_s = now
+        stats["stale_dropped_in_batch"] = len(stale)
+        return Batch(self.version, samples, kept, temperature, stats)
+
+    def _advantages(self, trajs: list[Trajectory]) -> list[float]:
+        if not trajs:
+            return []
+        rewards = [t.reward for t in trajs]
+        mean = sum(rewards) / len(rewards)
+        advantages = [r - mean for r in rewards]
+        if self.cfg.normalize_advantage_std and len(rewards) > 1:
+            std = (sum(a * a for a in advantages) / (len(rewards) - 1)) ** 0.5
+            advantages = [a / (std + 1e-6) for a in advantages]
+        return advantages
+
+    # -- control ----------------------------------------------------------------------
+    def set_version(self, version: int) -> None:
+        self.version = version
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def accounting(self) -> dict:
+        """Counters plus the identity check; raises AccountingError when it does not hold."""
+        c = self.counts
+        rhs = sum(c[k] for k in COUNTERS[1:])
+        if c["admitted"] != rhs or any(v < 0 for v in c.values()):
+            raise AccountingError(
+                f"accounting identity violated: admitted={c['admitted']} but "
+                + " + ".join(f"{k}={c[k]}" for k in COUNTERS[1:]) + f" = {rhs}"
+            )
+        return {
+            **c,
+            "identity_holds": True,
+            "version": self.version,
+            "groups_admitted": self.groups_admitted,
+            "quarantined_tasks": dict(self.quarantined_tasks),
+        }

@@ -1,0 +1,51 @@
+"""SandboxActor: owns one sandbox lease at a time on the node it was placed on.
+
+The backend comes from a registry of real classes; the lease is closed when the actor
+goes away, so no workspace outlives its owner.
+"""
+from __future__ import annotations
+
+import time
+
+from configs.schema import SandboxConfig
+from envs.local_sandbox import LocalSandbox
+from envs.sandbox import ExecResult
+
+SANDBOX_BACKENDS = {"local": LocalSandbox}
+
+
+class SandboxActor:
+    def __init__(self, index: int, cfg: SandboxConfig):
+        if cfg.backend not in SANDBOX_BACKENDS:
+            raise ValueError(f"sandbox.backend '{cfg.backend}' is not one of {sorted(SANDBOX_BACKENDS)}")
+        self.name = f"sandbox-{index}"
+        self.backend = SANDBOX_BACKENDS[cfg.backend](cfg)
+        self.leases = 0
+        self.start_times_s: list[float] = []
+
+    def start(self, task) -> None:
+        t0 = time.perf_counter()
+        self.backend.start(task)
+        self.start_times_s.append(time.perf_counter() - t0)
+        self.leases += 1
+
+    def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
+        return self.backend.exec(command, timeout_s)
+
+    def read_file(self, path: str) -> str:
+        return self.backend.read_file(path)
+
+    def write_file(self, path: str, content: str) -> None:
+        self.backend.write_file(path, content)
+
+    def reset(self) -> None:
+        self.backend.reset()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def stats(self) -> dict:
+        return {"name": self.name, "leases": self.leases, "start_times_s": list(self.start_times_s[-100:])}
+
+    def __del__(self):
+        self.backend.close()

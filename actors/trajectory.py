@@ -1,0 +1,91 @@
+"""Records that travel between actors: work items, trajectories, training samples and batches."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from envs.outcomes import Outcome
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    task: Any  # an envs.tasks.Task (or whatever the configured env takes as options["task"])
+    task_id: str
+    group_id: int
+    member: int
+    attempt: int  # 0 for the first run; infra retries count up
+    admitted_version: int
+    seed: int
+
+
+@dataclass
+class Trajectory:
+    group_id: int
+    member: int
+    attempt: int
+    task_id: str
+    admitted_version: int
+    outcome: str
+    reward: float = 0.0
+    infra_source: Optional[str] = None
+    error: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turns: int = 0
+    started_s: float = 0.0
+    finished_s: float = 0.0
+    sandbox_start_s: Optional[float] = None
+    messages: list[dict] = field(default_factory=list)
+
+    @property
+    def is_infra_error(self) -> bool:
+        return self.outcome == Outcome.INFRA_ERROR.value
+
+    @property
+    def num_generated(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def oldest_version(self) -> int:
+        """Version of the oldest generated token; the admission version when none was generated."""
+        generated = [v for v, m in zip(self.versions, self.loss_mask) if m]
+        return min(generated) if generated else self.admitted_version
+
+    def summary(self) -> dict:
+        return {
+            "task_id": self.task_id,
+            "group_id": self.group_id,
+            "member": self.member,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "infra_source": self.infra_source,
+            "reward": self.reward,
+            "turns": self.turns,
+            "generated_tokens": self.num_generated,
+            "versions": sorted(set(v for v, m in zip(self.versions, self.loss_mask) if m)),
+            "error": self.error,
+            "messages": self.messages,
+        }
+
+
+@dataclass
+class TrainSample:
+    token_ids: list[int]
+    loss_mask: list[int]
+    behavior_logprobs: list[float]
+    advantage: float
+
+
+@dataclass
+class Batch:
+    version: int  # the policy version these samples are trained from
+    samples: list[TrainSample]
+    trajectories: list[Trajectory]
+    temperature: float
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(sum(s.loss_mask) for s in self.samples)

@@ -1,0 +1,5 @@
+"""Typed configuration: dataclass schema (the home of defaults), YAML overrides, validation."""
+from configs.loader import ConfigError, load_config, to_yaml
+from configs.schema import Config
+
+__all__ = ["Config", "ConfigError", "load_config", "to_yaml"]

@@ -1,0 +1,133 @@
+"""Build a validated `Config` from the dataclass defaults, one YAML file and `key=value` overrides."""
+from __future__ import annotations
+
+import difflib
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import Iterable
+
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+from configs.schema import Config
+
+# Only backends that exist are allowed, so a typo or a not-yet-built backend fails at load time.
+CHOICES = {
+    "engine.backend": ("cpu",),
+    "trainer.backend": ("torch",),
+    "rollout.mode": ("async", "sync"),
+    "sandbox.backend": ("local",),
+    "sandbox.isolation": ("auto", "bwrap", "none"),
+    "tasks.source": ("builtin",),
+}
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the key and what is allowed."""
+
+
+def all_keys(node=Config, prefix: str = "") -> list[str]:
+    keys = []
+    for f in fields(node):
+        name = f"{prefix}{f.name}"
+        sub = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(sub):
+            keys.extend(all_keys(type(sub), name + "."))
+        else:
+            keys.append(name)
+    return keys
+
+
+def _unknown_key_error(key: str) -> ConfigError:
+    near = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    return ConfigError(f"unknown config key '{key}'{hint}")
+
+
+def load_config(path: str | None = None, overrides: Iterable[str] = ()) -> Config:
+    base = OmegaConf.structured(Config)
+    layers = []
+    if path:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file '{path}' does not exist (pass --config PATH to a YAML file)")
+        layers.append(OmegaConf.load(path))
+    dotlist = list(overrides)
+    for item in dotlist:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not key=value (e.g. trainer.total_steps=3)")
+    layers.append(OmegaConf.from_dotlist(dotlist))
+    merged = base
+    for layer in layers:
+        _check_keys(layer)
+        try:
+            merged = OmegaConf.merge(merged, layer)
+        except (ConfigKeyError, ConfigAttributeError) as err:
+            raise _unknown_key_error(str(err.full_key)) from err
+        except ValidationError as err:
+            raise ConfigError(f"config key '{err.full_key}': {err.msg}") from err
+    cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    validate(cfg)
+    return cfg
+
+
+def _check_keys(layer, prefix: str = "") -> None:
+    known = set(all_keys())
+    for key, value in layer.items():
+        full = f"{prefix}{key}"
+        # env.kwargs is a free-form dict handed to the chosen environment.
+        if full == "env.kwargs":
+            continue
+        if OmegaConf.is_dict(value):
+            if not any(k.startswith(full + ".") for k in known):
+                raise _unknown_key_error(full)
+            _check_keys(value, full + ".")
+        elif full not in known:
+            raise _unknown_key_error(full)
+
+
+def validate(cfg: Config) -> None:
+    for key, allowed in CHOICES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value not in allowed:
+            raise ConfigError(f"config key '{key}' is '{value}'; allowed: {', '.join(allowed)}")
+    positive = {
+        "engine.num_engines": cfg.engine.num_engines,
+        "engine.max_batch_size": cfg.engine.max_batch_size,
+        "trainer.num_shards": cfg.trainer.num_shards,
+        "trainer.total_steps": cfg.trainer.total_steps,
+        "rollout.num_episode_actors": cfg.rollout.num_episode_actors,
+        "rollout.group_size": cfg.rollout.group_size,
+        "rollout.groups_per_batch": cfg.rollout.groups_per_batch,
+        "rollout.max_turns": cfg.rollout.max_turns,
+        "rollout.max_tokens_per_turn": cfg.rollout.max_tokens_per_turn,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"config key '{key}' is {value}; it must be at least 1")
+    if cfg.rollout.max_staleness < 0:
+        raise ConfigError(f"config key 'rollout.max_staleness' is {cfg.rollout.max_staleness}; it must be >= 0")
+    if cfg.rollout.max_total_tokens < cfg.rollout.max_tokens_per_turn:
+        raise ConfigError(
+            "config key 'rollout.max_total_tokens' "
+            f"({cfg.rollout.max_total_tokens}) must be >= rollout.max_tokens_per_turn "
+            f"({cfg.rollout.max_tokens_per_turn})"
+        )
+    if cfg.engine.max_context_tokens < cfg.rollout.max_total_tokens:
+        raise ConfigError(
+            f"config key 'engine.max_context_tokens' ({cfg.engine.max_context_tokens}) must be >= "
+            f"rollout.max_total_tokens ({cfg.rollout.max_total_tokens})"
+        )
+    if not 0.0 < cfg.rollout.top_p <= 1.0:
+        raise ConfigError(f"config key 'rollout.top_p' is {cfg.rollout.top_p}; allowed: (0, 1]")
+    if cfg.rollout.temperature < 0:
+        raise ConfigError(f"config key 'rollout.temperature' is {cfg.rollout.temperature}; it must be >= 0")
+    for key in ("faults.sandbox_kill_rate", "faults.llm_error_rate"):
+        section, name = key.split(".")
+        rate = getattr(cfg.faults, name)
+        if not 0.0 <= rate <= 1.0:
+            raise ConfigError(f"config key '{key}' is {rate}; allowed: [0, 1]")
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

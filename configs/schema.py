@@ -1,0 +1,162 @@
+"""The one home of every default. YAML files and `key=value` overrides only change these.
+
+Each actor receives its own section (a typed dataclass), never the whole tree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+
+@dataclass
+class RunConfig:
+    name: str = "default"
+    dir: str = "runs"
+    seed: int = 0
+    status_interval_s: float = 5.0
+    # Trajectories written to trajectories/*.jsonl per step (a sample, not all).
+    trajectories_per_step: int = 2
+
+
+@dataclass
+class ModelConfig:
+    # A Hugging Face model directory; empty builds the tiny Qwen3 model below (cached).
+    path: str = ""
+    cache_dir: str = "~/.cache/swerve"
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 384
+    max_position_embeddings: int = 4096
+    seed: int = 0
+
+
+@dataclass
+class TokenizerConfig:
+    # A Hugging Face tokenizer directory; empty trains the offline byte-level BPE (cached).
+    path: str = ""
+    cache_dir: str = "~/.cache/swerve"
+    vocab_size: int = 2048
+
+
+@dataclass
+class EngineConfig:
+    backend: str = "cpu"
+    num_engines: int = 2
+    max_batch_size: int = 16
+    # Requests arriving within this window join the same decoding batch.
+    batch_wait_s: float = 0.01
+    max_context_tokens: int = 4096
+    torch_threads: int = 1
+
+
+@dataclass
+class TrainerConfig:
+    backend: str = "torch"
+    num_shards: int = 1
+    total_steps: int = 3
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    max_grad_norm: float = 1.0
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.28
+    kl_coef: float = 0.0
+    torch_threads: int = 1
+    # Rendezvous address of rank 0; loopback keeps a one-node run off the network.
+    master_addr: str = "127.0.0.1"
+    # 0 picks a free port for the rendezvous.
+    master_port: int = 0
+
+
+@dataclass
+class RolloutConfig:
+    mode: str = "async"
+    max_staleness: int = 1
+    num_episode_actors: int = 4
+    group_size: int = 4
+    groups_per_batch: int = 2
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_turns: int = 4
+    max_tokens_per_turn: int = 48
+    max_total_tokens: int = 2048
+    max_episode_seconds: float = 300.0
+    max_infra_retries: int = 2
+    normalize_advantage_std: bool = False
+    # How long an idle episode actor waits before asking the collector again.
+    poll_interval_s: float = 0.05
+
+
+@dataclass
+class EnvConfig:
+    # Any id gymnasium.make accepts, including "module:Env-v0".
+    id: str = "swerve/SWE-v0"
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    system_prompt: str = (
+        "You are a software engineer fixing a bug in a Python repository. "
+        "Reply with exactly one ```bash block holding one command. "
+        "Run `submit` in a bash block when the tests pass."
+    )
+
+
+@dataclass
+class TasksConfig:
+    source: str = "builtin"
+    split: str = "train"
+    # Empty means every task of the split.
+    ids: List[str] = field(default_factory=list)
+
+
+@dataclass
+class SandboxConfig:
+    backend: str = "local"
+    # "auto" uses bubblewrap when installed, "bwrap" requires it, "none" runs unisolated.
+    isolation: str = "auto"
+    memory_mb: int = 2048
+    max_processes: int = 256
+    max_file_mb: int = 64
+    command_timeout_s: float = 20.0
+    max_output_bytes: int = 1_000_000
+    # Empty uses the system temporary directory.
+    workdir_root: str = ""
+
+
+@dataclass
+class EvalConfig:
+    attempts: int = 4
+    split: str = "eval"
+    temperature: float = 0.3
+
+
+@dataclass
+class RayConfig:
+    # Empty starts a local Ray (or joins the one RAY_ADDRESS names, as `ray job submit` sets).
+    address: str = ""
+    # Empty uses "swerve-<run.name>".
+    namespace: str = ""
+    num_cpus: int = 0
+
+
+@dataclass
+class FaultsConfig:
+    sandbox_kill_rate: float = 0.0
+    llm_error_rate: float = 0.0
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)

@@ -1,0 +1,35 @@
+"""Outcome classes of an episode, and the error type that marks infrastructure failures.
+
+Agent-caused outcomes are scored; infra errors never are (DESIGN.md).
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    RESOLVED = "resolved"
+    UNRESOLVED = "unresolved"
+    TRUNCATED = "truncated"
+    FORMAT_ERROR = "format_error"
+    INFRA_ERROR = "infra_error"
+
+
+class InfraSource(str, Enum):
+    SANDBOX = "sandbox"
+    ENGINE = "engine"
+    ENV = "env"
+    GRADER = "grader"
+    TIMEOUT = "timeout"
+    UNKNOWN = "unknown"
+
+
+SCORED = (Outcome.RESOLVED, Outcome.UNRESOLVED, Outcome.TRUNCATED, Outcome.FORMAT_ERROR)
+
+
+class InfraError(RuntimeError):
+    """A failure of the machinery, not of the agent: never scored, the member is re-run."""
+
+    def __init__(self, source: InfraSource, message: str):
+        super().__init__(f"infra_error({source.value}): {message}")
+        self.source = source
