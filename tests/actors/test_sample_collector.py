@@ -1,0 +1,116 @@
+import pytest
+
+from actors.sample_collector import STOP, AccountingError, SampleCollector
+from actors.trajectory import Trajectory
+from configs.schema import RolloutConfig
+
+
+def make(groups_per_batch=2, group_size=2, max_staleness=1, mode="async", retries=1, ntasks=5):
+    cfg = RolloutConfig(groups_per_batch=groups_per_batch, group_size=group_size, max_staleness=max_staleness,
+                        mode=mode, max_infra_retries=retries)
+    tasks = [f"task-{i}" for i in range(ntasks)]
+    return SampleCollector(cfg, tasks, tasks, seed=0)
+
+
+def finish(item, reward=0.0, outcome="unresolved", version=None, infra_source=None):
+    v = item.admitted_version if version is None else version
+    return Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
+                      outcome=outcome, reward=reward, infra_source=infra_source,
+                      token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0], versions=[-1, v, v],
+                      started_s=0.0, finished_s=1.0)
+
+
+def drain(c):
+    items = []
+    while (item := c.acquire()) not in (None, STOP):
+        items.append(item)
+    return items
+
+
+def test_capacity_rule_counts_groups():
+    c = make(groups_per_batch=2, group_size=2, max_staleness=1)
+    items = drain(c)
+    # (max_staleness + version + 1) x groups_per_batch = 4 groups of 2 members
+    assert len(items) == 8 and c.groups_admitted == 4
+    c.set_version(1)
+    assert len(drain(c)) == 4
+
+
+def test_sync_mode_admits_one_batch_per_version():
+    c = make(mode="sync", max_staleness=3)
+    assert len(drain(c)) == 4
+
+
+def test_batch_from_complete_groups_oldest_first_with_group_advantages():
+    c = make()
+    items = drain(c)
+    # Finish the newest groups first; the batch must still take the oldest complete groups.
+    for item in reversed(items):
+        c.submit(finish(item, reward=float(item.member == 0)))
+    batch = c.next_batch(1.0)
+    assert sorted({t.group_id for t in batch.trajectories}) == [0, 1]
+    for traj, sample in zip(batch.trajectories, batch.samples):
+        assert sample.advantage == pytest.approx(traj.reward - 0.5)
+    acc = c.accounting()
+    assert acc["trained"] == 4 and acc["buffered"] == 4 and acc["identity_holds"]
+
+
+def test_incomplete_groups_do_not_make_a_batch():
+    c = make()
+    items = drain(c)
+    c.submit(finish(items[0]))
+    c.submit(finish(items[2]))
+    assert c.next_batch(1.0) is None
+    assert c.accounting()["in_flight"] == 6
+
+
+def test_stale_trajectories_dropped_and_counted():
+    c = make(max_staleness=1)
+    items = drain(c)
+    for item in items:
+        c.submit(finish(item))
+    c.set_version(2)  # tokens from version 0 are now 2 behind
+    batch = c.next_batch(1.0)
+    assert batch.samples == [] and c.counts["dropped_stale"] == 4
+    c.accounting()
+
+
+def test_infra_error_reruns_only_that_member_and_is_never_trained():
+    c = make(retries=1)
+    items = drain(c)[:2]  # group 0
+    c.submit(finish(items[0], reward=1.0, outcome="resolved"))
+    c.submit(finish(items[1], outcome="infra_error", infra_source="sandbox"))
+    retry = c.acquire()
+    assert (retry.group_id, retry.member, retry.attempt) == (0, 1, 1)
+    c.submit(finish(retry, reward=0.0))
+    acc = c.accounting()
+    assert acc["infra_excluded"] == 1 and acc["admitted"] == 9
+
+
+def test_task_quarantined_after_repeated_infra_errors():
+    c = make(retries=0)
+    items = drain(c)
+    c.submit(finish(items[0], reward=1.0))
+    c.submit(finish(items[1], outcome="infra_error", infra_source="grader"))
+    acc = c.accounting()
+    assert items[0].task_id in acc["quarantined_tasks"]
+    assert acc["quarantined"] == 1 and acc["infra_excluded"] == 1
+
+
+def test_stop_returns_stop():
+    c = make()
+    c.stop()
+    assert c.acquire() == STOP
+
+
+def test_identity_violation_is_loud():
+    c = make()
+    drain(c)
+    c.counts["trained"] += 1
+    with pytest.raises(AccountingError, match="identity"):
+        c.accounting()
+
+
+def test_empty_task_set_names_the_fix():
+    with pytest.raises(ValueError, match="tasks.split"):
+        SampleCollector(RolloutConfig(), [], [], seed=0)

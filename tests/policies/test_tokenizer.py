@@ -1,0 +1,76 @@
+import os
+import time
+
+import pytest
+from transformers import AutoTokenizer
+
+from configs.schema import TokenizerConfig
+from policies.tokenizer import IM_END, IM_START, PAD_TOKEN, ensure_tokenizer, load_tokenizer
+
+
+def test_explicit_path_is_returned(tmp_path):
+    assert ensure_tokenizer(TokenizerConfig(path=str(tmp_path))) == str(tmp_path)
+
+
+def test_missing_path_names_the_key(tmp_path):
+    with pytest.raises(FileNotFoundError, match="tokenizer.path"):
+        ensure_tokenizer(TokenizerConfig(path=str(tmp_path / "nope")))
+
+
+def test_trained_tokenizer_has_vocab_and_special_tokens(tokenizer):
+    assert len(tokenizer) == 512
+    assert tokenizer.pad_token == PAD_TOKEN
+    assert tokenizer.eos_token == IM_END
+    ids = tokenizer.convert_tokens_to_ids([PAD_TOKEN, IM_START, IM_END])
+    assert len(set(ids)) == 3
+    assert all(0 <= i < 512 for i in ids)
+
+
+def test_loads_with_auto_tokenizer(tokenizer_path, tokenizer):
+    auto = AutoTokenizer.from_pretrained(tokenizer_path)
+    text = "sed -i '12s/a < b/a <= b/' calc.py"
+    assert auto.encode(text) == tokenizer.encode(text)
+
+
+def test_byte_level_round_trip(tokenizer):
+    for text in ["python -m pytest -q\n", "E  assert 3 == 4\n\t", "naïve ✓ 漢字 \x01", "  lead"]:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        assert tokenizer.decode(ids) == text
+
+
+def test_merges_fit_shell_text(tokenizer):
+    # Even 253 merges (vocab 512) should compress familiar commands well below a token per byte.
+    text = "python -m pytest -q tests/test_calc.py"
+    assert len(tokenizer.encode(text)) < len(text) * 2 // 3
+
+
+def test_chat_template(tokenizer):
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text == (
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    without = tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+    assert not without.endswith("assistant\n")
+
+
+def test_deterministic_and_cached(tmp_path, tokenizer_path):
+    cfg = TokenizerConfig(cache_dir=str(tmp_path), vocab_size=512)
+    path = ensure_tokenizer(cfg)
+    assert os.path.basename(path) == os.path.basename(tokenizer_path)
+    with open(os.path.join(path, "tokenizer.json")) as a, \
+            open(os.path.join(tokenizer_path, "tokenizer.json")) as b:
+        assert a.read() == b.read()
+    mtime = os.path.getmtime(path)
+    start_s = time.monotonic()
+    assert ensure_tokenizer(cfg) == path
+    assert time.monotonic() - start_s < 1.0
+    assert os.path.getmtime(path) == mtime
+
+
+def test_vocab_size_changes_cache_key(tmp_path):
+    small = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300))
+    large = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=400))
+    assert small != large
+    assert len(load_tokenizer(small)) == 300
