@@ -18,6 +18,12 @@ def tiny_model_config(cache_dir: str, seed: int = 0) -> ModelConfig:
     )
 
 
+@pytest.fixture(scope="session", name="tiny_model_config")
+def _tiny_model_config_fixture():
+    # A fixture, not an import: several test folders may each have a module named conftest.
+    return tiny_model_config
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _single_thread():
     torch.set_num_threads(1)

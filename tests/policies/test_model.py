@@ -9,8 +9,6 @@ from configs.schema import ModelConfig
 from policies.model import ensure_model, load_model
 from policies.tokenizer import load_tokenizer
 
-from conftest import tiny_model_config
-
 
 def test_explicit_path_is_returned(tmp_path):
     assert ensure_model(ModelConfig(path=str(tmp_path)), "unused") == str(tmp_path)
@@ -43,7 +41,7 @@ def test_loaded_model_shape_and_mode(model):
     assert logits.shape == (1, 3, model.config.vocab_size)
 
 
-def test_init_is_deterministic_per_seed(tmp_path, model_path, tokenizer_path):
+def test_init_is_deterministic_per_seed(tmp_path, model_path, tokenizer_path, tiny_model_config):
     again = ensure_model(tiny_model_config(str(tmp_path / "a")), tokenizer_path)
     other = ensure_model(tiny_model_config(str(tmp_path / "b"), seed=1), tokenizer_path)
     assert os.path.basename(again) == os.path.basename(model_path)
@@ -54,7 +52,7 @@ def test_init_is_deterministic_per_seed(tmp_path, model_path, tokenizer_path):
     assert not all(torch.equal(reference[name], different[name]) for name in reference)
 
 
-def test_cached_second_call(tmp_path, tokenizer_path):
+def test_cached_second_call(tmp_path, tokenizer_path, tiny_model_config):
     cfg = tiny_model_config(str(tmp_path))
     path = ensure_model(cfg, tokenizer_path)
     mtime = os.path.getmtime(os.path.join(path, "model.safetensors"))
@@ -66,3 +64,13 @@ def test_reload_gives_identical_logits(model_path, model):
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     with torch.no_grad():
         assert torch.equal(model(ids).logits, load_model(model_path)(ids).logits)
+
+
+def test_default_config_sizes_build(tmp_path):
+    from configs.schema import TokenizerConfig
+    from policies.tokenizer import ensure_tokenizer
+
+    tokenizer_path = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path)))
+    model = load_model(ensure_model(ModelConfig(cache_dir=str(tmp_path)), tokenizer_path))
+    assert model.config.vocab_size == TokenizerConfig().vocab_size
+    assert model.config.hidden_size == ModelConfig().hidden_size

@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -74,3 +76,25 @@ def test_vocab_size_changes_cache_key(tmp_path):
     large = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=400))
     assert small != large
     assert len(load_tokenizer(small)) == 300
+
+
+def test_concurrent_builders_agree(tmp_path):
+    # Real processes racing on one cache dir: all get the same complete directory.
+    script = (
+        "import sys; from configs.schema import TokenizerConfig; "
+        "from policies.tokenizer import ensure_tokenizer; "
+        "print(ensure_tokenizer(TokenizerConfig(cache_dir=sys.argv[1], vocab_size=320)))"
+    )
+    repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=repo_root,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err for _, err in results]
+    paths = {out.strip() for out, _ in results}
+    assert len(paths) == 1
+    path = paths.pop()
+    assert os.listdir(tmp_path / "tokenizers") == [os.path.basename(path)]  # no temp dirs left
+    assert len(load_tokenizer(path)) == 320

@@ -1,0 +1,22 @@
+"""Gymnasium text environments, tasks, sandboxes and the grader.
+
+Importing envs registers `swerve/SWE-v0` and `swerve/Reverse-v0` with gymnasium.
+"""
+from __future__ import annotations
+
+import gymnasium
+
+from envs.outcomes import SCORED, InfraError, InfraSource, Outcome
+from envs.tasks import Task, load_tasks
+
+ENV_IDS = {
+    "swerve/SWE-v0": "envs.swe_env:SWEEnv",
+    "swerve/Reverse-v0": "envs.reverse_env:ReverseEnv",
+}
+
+for _env_id, _entry_point in ENV_IDS.items():
+    # Re-importing (e.g. from several Ray workers' module reloads) must not register twice.
+    if _env_id not in gymnasium.registry:
+        gymnasium.register(id=_env_id, entry_point=_entry_point)
+
+__all__ = ["ENV_IDS", "InfraError", "InfraSource", "Outcome", "SCORED", "Task", "load_tasks"]

@@ -1,0 +1,1 @@
+"""The built-in task suite: small self-contained repositories with one injected bug per task."""

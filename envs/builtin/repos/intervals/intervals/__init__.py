@@ -1,0 +1,1 @@
+"""Closed numeric intervals and small statistics helpers."""

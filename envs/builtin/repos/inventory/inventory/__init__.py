@@ -1,0 +1,1 @@
+"""A bounded stack and a stock-keeping inventory."""

@@ -1,0 +1,1 @@
+"""Small text utilities: identifier cases, wrapping, counting."""

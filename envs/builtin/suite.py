@@ -1,0 +1,119 @@
+"""Materialize the built-in tasks: buggy workspaces in a content-addressed cache, gold patches by difflib.
+
+`tasks.json` describes each task as one line edit applied to a correct repository in
+`repos/`: the line `old` (correct) becomes `new` (buggy). Workspaces live under
+`~/.cache/swerve/tasks/<content-hash>/<task id>/`, so editing the suite never reuses stale ones.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import List, Sequence
+
+from envs.tasks import Task
+
+SUITE_DIR = Path(__file__).resolve().parent
+REPOS_DIR = SUITE_DIR / "repos"
+TASKS_FILE = SUITE_DIR / "tasks.json"
+DEFAULT_CACHE_DIR = "~/.cache/swerve"
+TEST_COMMAND = "python -m pytest -q -rA -p no:cacheprovider"
+SPLITS = ("train", "eval")
+_IGNORED = {"__pycache__", ".pytest_cache"}
+
+
+def _repo_files(repo_dir: Path) -> List[Path]:
+    files = []
+    for path in sorted(repo_dir.rglob("*")):
+        relative = path.relative_to(repo_dir)
+        if path.is_file() and not _IGNORED.intersection(relative.parts):
+            files.append(relative)
+    return files
+
+
+def suite_hash() -> str:
+    """Hash of tasks.json and every repository file: the cache key."""
+    digest = hashlib.sha256(TASKS_FILE.read_bytes())
+    for repo_dir in sorted(p for p in REPOS_DIR.iterdir() if p.is_dir()):
+        for relative in _repo_files(repo_dir):
+            digest.update(f"{repo_dir.name}/{relative.as_posix()}\0".encode())
+            digest.update((repo_dir / relative).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _inject(source: str, old: str, new: str, where: str) -> str:
+    lines = source.splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.rstrip("\n") == old]
+    if len(hits) != 1:
+        raise ValueError(f"{where}: the line to replace must occur exactly once, found {len(hits)}: {old!r}")
+    lines[hits[0]] = new + "\n"
+    return "".join(lines)
+
+
+def _gold_patch(relative: str, buggy: str, fixed: str) -> str:
+    diff = difflib.unified_diff(
+        buggy.splitlines(keepends=True),
+        fixed.splitlines(keepends=True),
+        fromfile=f"a/{relative}",
+        tofile=f"b/{relative}",
+    )
+    return "".join(diff)
+
+
+def _materialize(row: dict, buggy: str, target: Path) -> None:
+    """Write the buggy workspace to a temporary sibling, then rename it into place (atomic)."""
+    if target.is_dir():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    workspace = staging / "workspace"
+    shutil.copytree(REPOS_DIR / row["repo"], workspace, ignore=shutil.ignore_patterns(*_IGNORED))
+    (workspace / row["file"]).write_text(buggy)
+    try:
+        os.rename(workspace, target)
+    except OSError:
+        # Another process materialized the same content-addressed workspace first: use it.
+        if not target.is_dir():
+            raise
+    finally:
+        shutil.rmtree(staging)
+
+
+def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_CACHE_DIR) -> List[Task]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} for source 'builtin'; allowed splits: {list(SPLITS)}")
+    suite = json.loads(TASKS_FILE.read_text())
+    root = Path(cache_dir).expanduser() / "tasks" / suite_hash()
+    tasks = []
+    for row in suite["tasks"]:
+        if suite["repos"][row["repo"]]["split"] != split or (ids and row["id"] not in ids):
+            continue
+        repo_dir = REPOS_DIR / row["repo"]
+        fixed = (repo_dir / row["file"]).read_text()
+        buggy = _inject(fixed, row["old"], row["new"], f"task {row['id']}")
+        target = root / row["id"]
+        _materialize(row, buggy, target)
+        test_files = tuple(
+            (relative.as_posix(), (repo_dir / relative).read_text())
+            for relative in _repo_files(repo_dir)
+            if relative.parts[0] == "tests" or relative.name == "pytest.ini"
+        )
+        tasks.append(
+            Task(
+                id=row["id"],
+                repo=f"swerve-builtin/{row['repo']}",
+                workspace_dir=str(target),
+                problem_statement=row["problem_statement"],
+                test_command=TEST_COMMAND,
+                fail_to_pass=tuple(row["fail_to_pass"]),
+                pass_to_pass=tuple(row["pass_to_pass"]),
+                gold_patch=_gold_patch(row["file"], buggy, fixed),
+                stratum=row["stratum"],
+                test_files=test_files,
+            )
+        )
+    return tasks

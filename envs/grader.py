@@ -1,0 +1,54 @@
+"""SWE-bench's grading rule: resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passed and the run exited 0."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Dict, Iterable
+
+from envs.outcomes import InfraError, InfraSource
+from envs.sandbox import Sandbox
+from envs.tasks import Task
+
+PASSED = "PASSED"
+MISSING = "MISSING"
+# Statuses of pytest's `-rA` short summary; only PASSED counts as passing.
+_STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
+
+
+@dataclass
+class GradeResult:
+    resolved: bool
+    # Node id -> PASSED | FAILED | ERROR | SKIPPED | XFAIL | XPASS | MISSING, for every listed test.
+    test_status: Dict[str, str]
+    exit_code: int
+    output: str
+
+
+def parse_test_status(output: str, node_ids: Iterable[str]) -> Dict[str, str]:
+    """Status of each node id from `-rA` summary lines ("FAILED id - reason"); unseen ids are MISSING."""
+    wanted = set(node_ids)
+    status = {node_id: MISSING for node_id in wanted}
+    for line in output.splitlines():
+        word, _, rest = line.partition(" ")
+        if word not in _STATUSES:
+            continue
+        node_id = rest.split(" - ", 1)[0].strip()
+        if node_id in wanted:
+            status[node_id] = word
+    return status
+
+
+def grade(sandbox: Sandbox, task: Task, timeout_s: float) -> GradeResult:
+    tests = list(dict.fromkeys(task.fail_to_pass + task.pass_to_pass))
+    command = " ".join([task.test_command, *(shlex.quote(node_id) for node_id in tests)])
+    try:
+        for path, content in task.test_files:
+            sandbox.write_file(path, content)
+        result = sandbox.exec(command, timeout_s=timeout_s)
+    except InfraError as error:
+        raise InfraError(InfraSource.GRADER, f"grading {task.id}: {error}") from error
+    if result.timed_out:
+        raise InfraError(InfraSource.GRADER, f"grading {task.id}: test run timed out after {timeout_s}s")
+    status = parse_test_status(result.output, tests)
+    resolved = result.exit_code == 0 and all(status[node_id] == PASSED for node_id in tests)
+    return GradeResult(resolved=resolved, test_status=status, exit_code=result.exit_code, output=result.output)

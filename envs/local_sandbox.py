@@ -1,0 +1,165 @@
+"""Local sandbox: a workspace copy per lease, commands isolated with bubblewrap.
+
+Inside bwrap a command sees: read-only system directories and Python, the workspace
+read-write at /workspace (its cwd), a private /tmp, no network, uid 1000, and rlimits.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from configs.schema import SandboxConfig
+from envs.outcomes import InfraError, InfraSource
+from envs.process import run_process
+from envs.sandbox import ExecResult
+from envs.tasks import Task
+
+log = logging.getLogger(__name__)
+
+ISOLATION_MODES = ("auto", "bwrap", "none")
+SANDBOX_WORKSPACE = "/workspace"
+SANDBOX_UID = 1000
+_SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32")
+_MIB = 1024 * 1024
+_warned_unisolated = False
+
+
+def clean_env() -> dict:
+    """The whole environment a command sees: nothing of the host's passes through."""
+    return {
+        "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
+
+
+def _python_dirs() -> List[str]:
+    """Interpreter and venv prefixes outside the system dirs, parents before children."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    system = tuple(f"/{name}" for name in _SYSTEM_DIRS)
+    kept = [p for p in prefixes if os.path.isdir(p) and not p.startswith(system)]
+    return sorted(kept, key=len)
+
+
+def _bwrap_argv(bwrap: str, workspace: str) -> List[str]:
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    argv += ["--die-with-parent", "--hostname", "sandbox"]
+    for name in _SYSTEM_DIRS:
+        host = f"/{name}"
+        if os.path.islink(host):
+            argv += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            argv += ["--ro-bind", host, host]
+    for prefix in _python_dirs():
+        argv += ["--ro-bind", prefix, prefix]
+    argv += ["--bind", workspace, SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE]
+    argv += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/"]
+    return argv
+
+
+class LocalSandbox:
+    def __init__(self, config: SandboxConfig):
+        if config.isolation not in ISOLATION_MODES:
+            raise ValueError(f"sandbox.isolation={config.isolation!r}; allowed: {list(ISOLATION_MODES)}")
+        self.config = config
+        self._bwrap = shutil.which("bwrap")
+        if config.isolation == "bwrap" and self._bwrap is None:
+            raise InfraError(
+                InfraSource.SANDBOX,
+                "sandbox.isolation='bwrap' but bubblewrap is not installed (apt-get install bubblewrap)",
+            )
+        self.isolated = config.isolation != "none" and self._bwrap is not None
+        self._bash = shutil.which("bash") or "/bin/bash"
+        self._prlimit = shutil.which("prlimit")
+        if self._prlimit is None:
+            raise InfraError(InfraSource.SANDBOX, "prlimit (util-linux) is required for sandbox rlimits")
+        self._task: Optional[Task] = None
+        self._lease_dir: Optional[Path] = None
+        # Seconds the last start() took, from request to a sandbox that ran its probe command.
+        self.last_start_s: float = 0.0
+
+    @property
+    def workspace(self) -> Path:
+        if self._lease_dir is None:
+            raise InfraError(InfraSource.SANDBOX, "no open lease: call start(task) first")
+        return self._lease_dir / "workspace"
+
+    def start(self, task: Task) -> None:
+        started_s = time.monotonic()
+        self.close()
+        self._warn_if_unisolated()
+        root = self.config.workdir_root or None
+        try:
+            self._lease_dir = Path(tempfile.mkdtemp(prefix="swerve-lease-", dir=root))
+            self._task = task
+            self._copy_workspace()
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"cannot create workspace for {task.id}: {error}") from error
+        probe = self.exec("true")
+        if probe.exit_code != 0:
+            raise InfraError(InfraSource.SANDBOX, f"sandbox probe failed ({probe.exit_code}): {probe.output[-2000:]}")
+        self.last_start_s = time.monotonic() - started_s
+
+    def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
+        workspace = str(self.workspace)
+        if timeout_s is None:
+            timeout_s = self.config.command_timeout_s
+        limits = [
+            f"--as={self.config.memory_mb * _MIB}",
+            f"--nproc={self.config.max_processes}",
+            f"--fsize={self.config.max_file_mb * _MIB}",
+        ]
+        argv = [self._prlimit, *limits, "--"]
+        if self.isolated:
+            argv += _bwrap_argv(self._bwrap, workspace)
+        argv += [self._bash, "-c", command]
+        try:
+            return run_process(argv, clean_env(), workspace, timeout_s, self.config.max_output_bytes)
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"cannot run command: {error}") from error
+
+    def read_file(self, path: str) -> str:
+        return self._resolve(path).read_text(encoding="utf-8", errors="replace")
+
+    def write_file(self, path: str, content: str) -> None:
+        target = self._resolve(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+
+    def reset(self) -> None:
+        shutil.rmtree(self.workspace)
+        self._copy_workspace()
+
+    def close(self) -> None:
+        if self._lease_dir is not None:
+            shutil.rmtree(self._lease_dir)
+        self._lease_dir = None
+        self._task = None
+
+    def _copy_workspace(self) -> None:
+        shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True)
+
+    def _resolve(self, path: str) -> Path:
+        """Host path of a workspace-relative path; refuses anything that leads outside."""
+        if os.path.isabs(path):
+            raise ValueError(f"path {path!r} must be relative to the workspace")
+        root = self.workspace.resolve()
+        target = (root / path).resolve()
+        if target != root and root not in target.parents:
+            raise ValueError(f"path {path!r} escapes the workspace")
+        return target
+
+    def _warn_if_unisolated(self) -> None:
+        global _warned_unisolated
+        if not self.isolated and not _warned_unisolated:
+            _warned_unisolated = True
+            log.warning("sandbox isolation is off: commands run directly on this host (install bubblewrap)")

@@ -1,0 +1,45 @@
+"""What every sandbox backend offers: one lease on a fresh copy of a task's workspace."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from envs.tasks import Task
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    # stdout and stderr merged, decoded as UTF-8 (invalid bytes replaced).
+    output: str
+    timed_out: bool
+    duration_s: float
+    # True when the middle of the output was dropped to respect the byte cap.
+    output_truncated: bool
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    def start(self, task: Task) -> None:
+        """Open a lease on a fresh copy of task.workspace_dir, closing any previous lease."""
+        ...
+
+    def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
+        """Run a bash command in the workspace; a timeout returns exit code 124."""
+        ...
+
+    def read_file(self, path: str) -> str:
+        """Read a file given relative to the workspace; paths escaping it are refused."""
+        ...
+
+    def write_file(self, path: str, content: str) -> None:
+        """Write a file given relative to the workspace; paths escaping it are refused."""
+        ...
+
+    def reset(self) -> None:
+        """Put the workspace back to the task's initial state."""
+        ...
+
+    def close(self) -> None:
+        """End the lease and delete the workspace; safe to call twice."""
+        ...

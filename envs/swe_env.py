@@ -1,0 +1,141 @@
+"""swerve/SWE-v0: fix a repository through shell commands; reward 1 when its tests pass."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import gymnasium
+
+from configs.schema import SandboxConfig
+from envs.grader import grade
+from envs.local_sandbox import LocalSandbox
+from envs.outcomes import Outcome
+from envs.sandbox import Sandbox
+from envs.tasks import Task, load_tasks
+from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
+from policies.actions import COMMAND, FORMAT_ERROR, parse_action
+
+
+@dataclass
+class SWEEnvConfig:
+    tasks_source: str = "builtin"
+    split: str = "train"
+    max_observation_chars: int = 2000
+    max_consecutive_format_errors: int = 3
+    grade_timeout_s: float = 60.0
+    command_timeout_s: float = 20.0
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+
+def build_config(overrides: dict) -> SWEEnvConfig:
+    """SWEEnvConfig with overrides applied; `sandbox` may be a dict of SandboxConfig fields."""
+    _check_fields(SWEEnvConfig, overrides, "SWEEnv")
+    overrides = dict(overrides)
+    sandbox = overrides.get("sandbox")
+    if isinstance(sandbox, dict):
+        _check_fields(SandboxConfig, sandbox, "SWEEnv sandbox")
+        overrides["sandbox"] = SandboxConfig(**sandbox)
+    return SWEEnvConfig(**overrides)
+
+
+def _check_fields(cls: type, overrides: dict, what: str) -> None:
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise TypeError(f"{what} got unknown argument(s) {unknown}; valid fields: {valid}")
+
+
+class SWEEnv(gymnasium.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, render_mode: Optional[str] = None, **overrides: Any):
+        if render_mode is not None:
+            raise ValueError(f"SWEEnv renders nothing; got render_mode={render_mode!r}")
+        self.config = build_config(overrides)
+        self.observation_space = text_space(self.config.max_observation_chars)
+        self.action_space = text_space(MAX_ACTION_CHARS)
+        self._tasks: Optional[list[Task]] = None
+        self._own_sandbox: Optional[LocalSandbox] = None
+        self._sandbox: Optional[Sandbox] = None
+        self.task: Optional[Task] = None
+        self._format_errors = 0
+        self._done = True
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        super().reset(seed=seed)
+        options = options or {}
+        self.task = options.get("task") or self._pick_task()
+        self._sandbox = options.get("sandbox") or self._local_sandbox()
+        started_s = time.monotonic()
+        self._sandbox.start(self.task)
+        start_s = time.monotonic() - started_s
+        self._format_errors = 0
+        self._done = False
+        info = {"task_id": self.task.id, "sandbox_start_s": start_s, "outcome": None, "exec_s": 0.0}
+        return self._fit(self.task.problem_statement), info
+
+    def step(self, action: str):
+        if self._done:
+            raise RuntimeError("step() called on a finished episode: call reset() first")
+        parsed = parse_action(action)
+        if parsed.kind == FORMAT_ERROR:
+            return self._format_error(parsed.error)
+        self._format_errors = 0
+        if parsed.kind == COMMAND:
+            return self._run(parsed.command)
+        return self._submit()
+
+    def close(self) -> None:
+        if self._sandbox is not None and self._sandbox is not self._own_sandbox:
+            self._sandbox.close()
+        if self._own_sandbox is not None:
+            self._own_sandbox.close()
+        self._sandbox = None
+        self._done = True
+
+    def _format_error(self, message: str):
+        self._format_errors += 1
+        terminated = self._format_errors >= self.config.max_consecutive_format_errors
+        self._done = terminated
+        info = {"outcome": Outcome.FORMAT_ERROR.value if terminated else None, "exec_s": 0.0}
+        return self._fit(message), 0.0, terminated, False, info
+
+    def _run(self, command: str):
+        result = self._sandbox.exec(command, timeout_s=self.config.command_timeout_s)
+        header = f"exit code: {result.exit_code}"
+        if result.timed_out:
+            header += f" (timed out after {self.config.command_timeout_s}s; the command was killed)"
+        info = {"outcome": None, "exec_s": result.duration_s, "exit_code": result.exit_code}
+        return self._fit(f"{header}\n{result.output}"), 0.0, False, False, info
+
+    def _submit(self):
+        started_s = time.monotonic()
+        result = grade(self._sandbox, self.task, self.config.grade_timeout_s)
+        self._done = True
+        outcome = Outcome.RESOLVED if result.resolved else Outcome.UNRESOLVED
+        lines = [f"{outcome.value}: test command exit code {result.exit_code}"]
+        lines += [f"{status} {node_id}" for node_id, status in sorted(result.test_status.items())]
+        info = {
+            "outcome": outcome.value,
+            "exec_s": time.monotonic() - started_s,
+            "test_status": result.test_status,
+        }
+        reward = 1.0 if result.resolved else 0.0
+        return self._fit("\n".join(lines)), reward, True, False, info
+
+    def _pick_task(self) -> Task:
+        if self._tasks is None:
+            self._tasks = load_tasks(self.config.tasks_source, self.config.split)
+        if not self._tasks:
+            raise ValueError(f"no tasks in source {self.config.tasks_source!r}, split {self.config.split!r}")
+        return self._tasks[int(self.np_random.integers(len(self._tasks)))]
+
+    def _local_sandbox(self) -> LocalSandbox:
+        if self._own_sandbox is None:
+            self._own_sandbox = LocalSandbox(self.config.sandbox)
+        return self._own_sandbox
+
+    def _fit(self, text: str) -> str:
+        return truncate_middle(text, self.config.max_observation_chars)

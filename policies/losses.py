@@ -1,0 +1,72 @@
+"""Token-level GRPO loss with decoupled PPO (proximal vs behavior policy).
+
+Three policies meet here: the current one being optimised (`logprobs`), the proximal one
+recomputed by the trainer before the update (`old_logprobs`, the clip anchor), and the
+behavior one the engine sampled with (`behavior_logprobs`, possibly several versions
+older). The clip keeps the update near the proximal policy; the truncated importance
+weight exp(old - behavior) corrects for having sampled from a staler policy.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.28,
+    behavior_logprobs: Optional[torch.Tensor] = None,
+    tis_cap: float = 2.0,
+    ref_logprobs: Optional[torch.Tensor] = None,
+    kl_coef: float = 0.0,
+    num_tokens: Optional[int] = None,
+) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """Return (loss, stats). Shapes: [B, T] per-token tensors, advantages [B].
+
+    The loss is the sum over masked tokens divided by `num_tokens` (the global count,
+    when data-parallel shards each hold part of a batch) or by this mask's token count.
+    """
+    mask = loss_mask.to(logprobs.dtype)
+    old_logprobs = old_logprobs.detach()
+    advantage = advantages.detach().to(logprobs.dtype).unsqueeze(-1)
+
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = -advantage * ratio
+    clipped = -advantage * torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    per_token = torch.maximum(unclipped, clipped)
+
+    if behavior_logprobs is not None:
+        tis_weight = torch.exp(old_logprobs - behavior_logprobs.detach()).clamp(max=tis_cap)
+        per_token = per_token * tis_weight
+    else:
+        tis_weight = torch.ones_like(logprobs)
+
+    if ref_logprobs is not None and kl_coef != 0.0:
+        # k3 estimator of KL(current || ref): unbiased, always >= 0.
+        log_ratio_ref = ref_logprobs.detach() - logprobs
+        kl = torch.exp(log_ratio_ref) - log_ratio_ref - 1.0
+        per_token = per_token + kl_coef * kl
+    else:
+        kl = torch.zeros_like(logprobs)
+
+    denominator = float(num_tokens) if num_tokens is not None else mask.sum().clamp(min=1.0)
+    loss = (per_token * mask).sum() / denominator
+
+    with torch.no_grad():
+        local_tokens = mask.sum().clamp(min=1.0)
+
+        def masked_mean(values: torch.Tensor) -> float:
+            return float((values * mask).sum() / local_tokens)
+
+        stats = {
+            "clip_fraction": masked_mean((clipped > unclipped).to(mask.dtype)),
+            "ratio_mean": masked_mean(ratio),
+            "kl": masked_mean(kl),
+            "tis_mean": masked_mean(tis_weight),
+        }
+    return loss, stats

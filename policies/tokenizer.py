@@ -1,0 +1,81 @@
+"""The policy's tokenizer: a real checkpoint's, or a byte-level BPE trained offline.
+
+Either way it is loaded with AutoTokenizer, so the rest of the code cannot tell them apart.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from configs.schema import TokenizerConfig
+from policies.cache_dir import build_once, content_hash
+from policies.corpus import CORPUS_VERSION, build_corpus
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+
+# ChatML, as Qwen uses it; the generation prompt is exactly what Conversation appends.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def ensure_tokenizer(cfg: TokenizerConfig) -> str:
+    """Return a directory AutoTokenizer can load, training and caching one if needed.
+
+    The built-in corpus runs out of merges near 5,500 tokens, so a larger vocab_size
+    yields a smaller vocabulary; the model is sized by len(tokenizer), never by the config.
+    """
+    if cfg.path:
+        if not os.path.isdir(cfg.path):
+            raise FileNotFoundError(f"tokenizer.path: no tokenizer directory at {cfg.path!r}")
+        return cfg.path
+    corpus = build_corpus()
+    key = content_hash({
+        "kind": "byte_level_bpe",
+        "vocab_size": cfg.vocab_size,
+        "special_tokens": SPECIAL_TOKENS,
+        "chat_template": CHAT_TEMPLATE,
+        "corpus_version": CORPUS_VERSION,
+        "corpus_sha256": hashlib.sha256("\x00".join(corpus).encode()).hexdigest(),
+        "tokenizers_version": tokenizers.__version__,
+    })
+    final_dir = os.path.join(os.path.expanduser(cfg.cache_dir), "tokenizers", key)
+    return build_once(final_dir, lambda tmp_dir: _train(cfg.vocab_size, corpus, tmp_dir))
+
+
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _train(vocab_size: int, corpus: list[str], out_dir: str) -> None:
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        # Every byte is a token, so any text (and any generated id sequence) round-trips.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(corpus, trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        pad_token=PAD_TOKEN,
+        eos_token=IM_END,
+        additional_special_tokens=[IM_START],
+        model_max_length=1 << 20,
+    )
+    wrapped.chat_template = CHAT_TEMPLATE
+    wrapped.save_pretrained(out_dir)

@@ -1,0 +1,88 @@
+import dataclasses
+
+import pytest
+
+from envs.grader import MISSING, PASSED, grade, parse_test_status
+from envs.outcomes import InfraError, InfraSource
+from envs.tasks import load_tasks
+
+ALL_TASKS = load_tasks(split="train") + load_tasks(split="eval")
+GRADE_TIMEOUT_S = 60.0
+
+
+def apply_patch(sandbox, patch: str) -> None:
+    sandbox.write_file(".gold.patch", patch)
+    result = sandbox.exec("patch -p1 < .gold.patch && rm .gold.patch")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("task", ALL_TASKS, ids=[task.id for task in ALL_TASKS])
+def test_gold_patch_resolves_and_empty_patch_does_not(make_sandbox, task):
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    unfixed = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert not unfixed.resolved and unfixed.exit_code != 0
+    assert all(unfixed.test_status[node_id] == "FAILED" for node_id in task.fail_to_pass)
+    assert all(unfixed.test_status[node_id] == PASSED for node_id in task.pass_to_pass)
+    apply_patch(sandbox, task.gold_patch)
+    fixed = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert fixed.resolved and fixed.exit_code == 0, fixed.output
+    assert set(fixed.test_status) == set(task.fail_to_pass + task.pass_to_pass)
+
+
+def test_edited_tests_are_restored_before_grading(make_sandbox, task_by_id):
+    task = task_by_id["textkit-003"]
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    sandbox.exec("sed -i 's/== \"hello\"$/== \"he...\"/' tests/test_wrap.py")
+    assert '"he..."' in sandbox.read_file("tests/test_wrap.py")
+    assert not grade(sandbox, task, GRADE_TIMEOUT_S).resolved
+
+
+def test_printed_passed_lines_cannot_fake_success(make_sandbox, task_by_id):
+    base = task_by_id["textkit-001"]
+    fake = "printf 'PASSED %s\\n' " + " ".join(base.fail_to_pass + base.pass_to_pass) + "; exit 1; #"
+    task = dataclasses.replace(base, test_command=fake)
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    result = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert all(status == PASSED for status in result.test_status.values())
+    assert result.exit_code == 1 and not result.resolved
+
+
+def test_grading_timeout_is_an_infra_error(make_sandbox, task_by_id):
+    task = dataclasses.replace(task_by_id["textkit-001"], test_command="sleep 30; #")
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    with pytest.raises(InfraError) as error:
+        grade(sandbox, task, timeout_s=0.5)
+    assert error.value.source is InfraSource.GRADER
+
+
+def test_closed_sandbox_is_a_grader_infra_error(make_sandbox, task_by_id):
+    sandbox = make_sandbox()
+    sandbox.start(task_by_id["textkit-001"])
+    sandbox.close()
+    with pytest.raises(InfraError) as error:
+        grade(sandbox, task_by_id["textkit-001"], GRADE_TIMEOUT_S)
+    assert error.value.source is InfraSource.GRADER
+
+
+def test_parse_missing_skipped_and_failed_tests():
+    output = "\n".join(
+        [
+            "PASSED tests/t.py::test_a",
+            "FAILED tests/t.py::test_b - AssertionError: assert 1 == 2",
+            "SKIPPED [1] tests/t.py:9: not today",
+            "ERROR tests/t.py::test_d - fixture 'x' not found",
+            "  PASSED tests/t.py::test_e",
+        ]
+    )
+    ids = ["tests/t.py::test_a", "tests/t.py::test_b", "tests/t.py::test_c", "tests/t.py::test_d", "tests/t.py::test_e"]
+    assert parse_test_status(output, ids) == {
+        "tests/t.py::test_a": PASSED,
+        "tests/t.py::test_b": "FAILED",
+        "tests/t.py::test_c": MISSING,
+        "tests/t.py::test_d": "ERROR",
+        "tests/t.py::test_e": MISSING,
+    }

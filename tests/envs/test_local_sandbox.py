@@ -1,0 +1,150 @@
+import os
+import shutil
+import socket
+import time
+import uuid
+
+import pytest
+
+from configs.schema import SandboxConfig
+from envs.local_sandbox import LocalSandbox
+from envs.outcomes import InfraError, InfraSource
+from envs.sandbox import Sandbox
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(pid))
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the process exited while we looked
+    return found
+
+
+@pytest.fixture
+def sandbox(make_sandbox, isolation, task_by_id):
+    box = make_sandbox(isolation=isolation)
+    box.start(task_by_id["textkit-001"])
+    return box
+
+
+def test_exec_runs_in_the_workspace(sandbox):
+    result = sandbox.exec("ls; echo err >&2; exit 3")
+    assert result.exit_code == 3 and not result.timed_out
+    assert "textkit" in result.output and "pytest.ini" in result.output and "err" in result.output
+    assert sandbox.last_start_s > 0 and isinstance(sandbox, Sandbox)
+
+
+def test_timeout_kills_the_process_group(sandbox):
+    seconds = f"{100 + time.time() % 1:.6f}"
+    started = time.monotonic()
+    result = sandbox.exec(f"sleep {seconds} & sleep {seconds}", timeout_s=1.0)
+    assert time.monotonic() - started < 5
+    assert result.timed_out and result.exit_code == 124
+    time.sleep(0.2)
+    assert _processes_with(f"sleep\0{seconds}") == []
+
+
+def test_output_flood_is_capped(make_sandbox, isolation, task_by_id):
+    box = make_sandbox(isolation=isolation, max_output_bytes=100_000)
+    box.start(task_by_id["textkit-001"])
+    result = box.exec("yes | head -c 50000000; echo END")
+    assert result.exit_code == 0 and result.output_truncated
+    assert len(result.output) < 101_000
+    assert result.output.startswith("y\ny\n") and result.output.endswith("END\n")
+    assert "bytes of output elided" in result.output
+
+
+def test_host_environment_is_not_visible(sandbox, monkeypatch):
+    monkeypatch.setenv("E2B_API_KEY", "fake-secret-key")
+    output = sandbox.exec("env").output
+    assert "E2B_API_KEY" not in output and "fake-secret-key" not in output
+    assert "HOME=/tmp" in output and "PYTHONDONTWRITEBYTECODE=1" in output
+
+
+def test_reset_restores_files(sandbox):
+    original = sandbox.read_file("textkit/case.py")
+    sandbox.exec("echo broken > textkit/case.py; touch extra.txt")
+    assert sandbox.read_file("textkit/case.py") == "broken\n"
+    sandbox.reset()
+    assert sandbox.read_file("textkit/case.py") == original
+    assert "extra.txt" not in sandbox.exec("ls").output
+
+
+def test_file_paths_cannot_escape_the_workspace(sandbox):
+    sandbox.write_file("notes/a.txt", "hello")
+    assert sandbox.exec("cat notes/a.txt").output == "hello"
+    sandbox.exec("ln -s /etc/hostname leak")
+    for path in ("../outside.txt", "/etc/hostname", "leak", "notes/../../x"):
+        with pytest.raises(ValueError, match="workspace"):
+            sandbox.read_file(path)
+        with pytest.raises(ValueError, match="workspace"):
+            sandbox.write_file(path, "x")
+
+
+def test_rlimits_bound_file_size_and_memory(make_sandbox, isolation, task_by_id):
+    box = make_sandbox(isolation=isolation, max_file_mb=1, memory_mb=256)
+    box.start(task_by_id["textkit-001"])
+    assert box.exec("head -c 3000000 /dev/zero > big.bin").exit_code != 0
+    assert os.path.getsize(box.workspace / "big.bin") <= 1024 * 1024
+    hog = box.exec("python -c 'x = bytearray(600 * 1024 * 1024)'")
+    assert hog.exit_code != 0 and "MemoryError" in hog.output
+
+
+def test_start_replaces_the_lease_and_close_is_idempotent(make_sandbox, task_by_id):
+    box = make_sandbox(isolation="none")
+    box.start(task_by_id["textkit-001"])
+    first = box.workspace
+    box.start(task_by_id["inventory-001"])
+    assert not first.exists() and (box.workspace / "inventory").is_dir()
+    second = box.workspace
+    box.close()
+    box.close()
+    assert not second.exists()
+    with pytest.raises(InfraError) as error:
+        box.exec("true")
+    assert error.value.source is InfraSource.SANDBOX
+
+
+def test_invalid_isolation_is_refused():
+    with pytest.raises(ValueError, match="auto"):
+        LocalSandbox(SandboxConfig(isolation="docker"))
+
+
+def test_bwrap_required_but_missing_names_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(InfraError, match="apt-get install bubblewrap"):
+        LocalSandbox(SandboxConfig(isolation="bwrap"))
+
+
+@needs_bwrap
+def test_bwrap_has_no_network_and_another_uid(make_sandbox, task_by_id):
+    box = make_sandbox(isolation="bwrap")
+    box.start(task_by_id["textkit-001"])
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')"
+        result = box.exec(f'python -c "{probe}"')
+    assert result.exit_code != 0 and "CONNECTED" not in result.output
+    assert box.exec("id -u").output.strip() == "1000"
+    assert box.exec("pwd").output.strip() == "/workspace"
+
+
+@needs_bwrap
+def test_bwrap_writes_outside_the_workspace_fail(make_sandbox, task_by_id):
+    box = make_sandbox(isolation="bwrap")
+    box.start(task_by_id["textkit-001"])
+    name = f"swerve-probe-{uuid.uuid4().hex}"
+    for target in (f"/etc/{name}", f"/{name}", f"{box.workspace.parent}/{name}"):
+        assert box.exec(f"echo x > {target}").exit_code != 0
+        assert not os.path.exists(target)
+    # /tmp is private: writable inside, invisible on the host.
+    assert box.exec(f"echo x > /tmp/{name} && cat /tmp/{name}").output == "x\n"
+    assert not os.path.exists(f"/tmp/{name}")

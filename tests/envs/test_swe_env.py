@@ -1,0 +1,128 @@
+import warnings
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401  (registers the environments)
+from configs.schema import SandboxConfig
+from envs.local_sandbox import LocalSandbox
+from envs.outcomes import InfraError, InfraSource
+from envs.swe_env import SWEEnv
+
+
+@pytest.fixture
+def env(tmp_path):
+    environment = SWEEnv(sandbox={"workdir_root": str(tmp_path)})
+    yield environment
+    environment.close()
+
+
+def bash(command: str) -> str:
+    return f"I will run this.\n```bash\n{command}\n```\n"
+
+
+def test_make_and_check_env_pass_without_warnings(tmp_path):
+    environment = gymnasium.make("swerve/SWE-v0", sandbox={"workdir_root": str(tmp_path)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(environment.unwrapped)
+    assert [str(w.message) for w in caught] == []
+    environment.close()
+
+
+def test_fix_through_step_and_submit(env, task_by_id):
+    task = task_by_id["textkit-003"]
+    observation, info = env.reset(seed=0, options={"task": task})
+    assert observation == task.problem_statement and info["task_id"] == "textkit-003"
+    assert info["sandbox_start_s"] > 0 and info["outcome"] is None
+    observation, reward, terminated, truncated, info = env.step(
+        bash("sed -i 's/if len(text) < width:/if len(text) <= width:/' textkit/wrap.py")
+    )
+    assert observation.startswith("exit code: 0") and not terminated and info["exec_s"] > 0
+    observation, reward, terminated, truncated, info = env.step(bash("submit"))
+    assert (reward, terminated, truncated, info["outcome"]) == (1.0, True, False, "resolved")
+    assert set(info["test_status"].values()) == {"PASSED"}
+
+
+def test_submit_without_fix_is_unresolved(env, task_by_id):
+    env.reset(options={"task": task_by_id["inventory-002"]})
+    observation, reward, terminated, _, info = env.step(bash("submit"))
+    assert (reward, terminated, info["outcome"]) == (0.0, True, "unresolved")
+    assert info["test_status"]["tests/test_stack.py::test_peek_returns_top"] == "FAILED"
+    assert "FAILED tests/test_stack.py::test_peek_returns_top" in observation
+    with pytest.raises(RuntimeError):
+        env.step(bash("ls"))
+
+
+def test_consecutive_format_errors_end_the_episode(env, task_by_id):
+    env.reset(options={"task": task_by_id["textkit-001"]})
+    assert env.step("no block")[2] is False
+    assert env.step(bash("true"))[2] is False  # a valid action resets the count
+    for _ in range(2):
+        observation, reward, terminated, _, info = env.step("still no block")
+        assert not terminated and info["outcome"] is None and observation.startswith("Format error")
+    observation, reward, terminated, _, info = env.step("```python\nprint(1)\n```")
+    assert (reward, terminated, info["outcome"]) == (0.0, True, "format_error")
+
+
+def test_random_actions_never_run_commands(tmp_path, task_by_id):
+    environment = SWEEnv(max_consecutive_format_errors=10_000, sandbox={"workdir_root": str(tmp_path)})
+    environment.reset(seed=1, options={"task": task_by_id["textkit-001"]})
+    environment.action_space.seed(1)
+    for _ in range(5):
+        observation, reward, terminated, _, _ = environment.step(environment.action_space.sample())
+        assert observation.startswith("Format error") and reward == 0.0 and not terminated
+    environment.close()
+
+
+def test_long_output_is_truncated_into_the_space(env, task_by_id):
+    env.reset(options={"task": task_by_id["textkit-001"]})
+    observation = env.step(bash("python -c \"print('a' * 5000 + 'Z' * 5000 + '\\x1b')\""))[0]
+    assert len(observation) <= env.config.max_observation_chars and "characters elided" in observation
+    assert observation.startswith("exit code: 0\naaa") and observation.rstrip().endswith("Z\ufffd")
+    assert env.observation_space.contains(observation)
+
+
+def test_command_timeout_is_reported(tmp_path, task_by_id):
+    environment = SWEEnv(command_timeout_s=0.5, sandbox={"workdir_root": str(tmp_path)})
+    environment.reset(options={"task": task_by_id["textkit-001"]})
+    observation, _, terminated, _, info = environment.step(bash("sleep 5"))
+    assert observation.startswith("exit code: 124 (timed out") and not terminated
+    assert info["exec_s"] < 3
+    environment.close()
+
+
+def test_seeded_reset_picks_the_same_task(env):
+    first = env.reset(seed=5)[1]["task_id"]
+    assert env.reset(seed=5)[1]["task_id"] == first
+    assert len({env.reset(seed=seed)[1]["task_id"] for seed in range(12)}) > 1
+
+
+def test_passed_sandbox_is_used_and_its_loss_propagates(env, tmp_path, task_by_id):
+    sandbox = LocalSandbox(SandboxConfig(workdir_root=str(tmp_path)))
+    env.reset(options={"task": task_by_id["textkit-001"], "sandbox": sandbox})
+    assert (sandbox.workspace / "textkit").is_dir()
+    sandbox.close()  # the lease dies underneath the episode
+    with pytest.raises(InfraError) as error:
+        env.step(bash("ls"))
+    assert error.value.source is InfraSource.SANDBOX
+
+
+def test_close_ends_a_passed_lease(tmp_path, task_by_id):
+    sandbox = LocalSandbox(SandboxConfig(workdir_root=str(tmp_path)))
+    environment = SWEEnv()
+    environment.reset(options={"task": task_by_id["textkit-001"], "sandbox": sandbox})
+    workspace = sandbox.workspace
+    environment.close()
+    assert not workspace.exists()
+
+
+def test_kwargs_override_config_and_unknown_ones_are_named():
+    environment = SWEEnv(split="eval", max_observation_chars=500, sandbox={"isolation": "none"})
+    assert environment.config.split == "eval" and environment.observation_space.max_length == 500
+    assert environment.config.sandbox == SandboxConfig(isolation="none")
+    with pytest.raises(TypeError, match="max_observation_chars"):
+        SWEEnv(max_obs_chars=10)
+    with pytest.raises(TypeError, match="memory_mb"):
+        SWEEnv(sandbox={"memory": 10})
