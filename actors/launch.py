@@ -75,7 +75,7 @@ def shutdown(fleet: Fleet, grace_s: float) -> list:
     ray.get(fleet.collector.stop.remote())
     done, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=grace_s)
     results = ray.get(done)
-    ray.get([t.close.remote() for t in fleet.trainers])
+    ray.get([s.close.remote() for s in fleet.sandboxes] + [t.close.remote() for t in fleet.trainers])
     return results
 
 

@@ -1,7 +1,7 @@
 """SandboxActor: owns one sandbox lease at a time on the node it was placed on.
 
-The backend comes from a registry of real classes; the lease is closed when the actor
-goes away, so no workspace outlives its owner.
+The backend comes from a registry of real classes. The driver closes every lease before it
+ends the actors, so no workspace outlives its run.
 """
 from __future__ import annotations
 
@@ -46,6 +46,3 @@ class SandboxActor:
 
     def stats(self) -> dict:
         return {"name": self.name, "leases": self.leases, "start_times_s": list(self.start_times_s[-100:])}
-
-    def __del__(self):
-        self.backend.close()

@@ -74,7 +74,12 @@ def test_ray_job_submit_runs_training(ray_head, tmp_path, swerve_cache):
     cmd = [str(BIN / "ray"), "job", "submit", "--address", address, "--working-dir", str(REPO), "--",
            "python", "-m", "actors", "train", "run.name=smoke", f"run.dir={tmp_path}", "trainer.total_steps=3",
            f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=3"]
-    job = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    for _ in range(30):
+        job = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        # The dashboard answers a few seconds before the node's job agent is ready.
+        if "No available agent" not in job.stderr + job.stdout:
+            break
+        time.sleep(2)
     assert job.returncode == 0, job.stdout[-4000:] + job.stderr[-4000:]
     assert "succeeded" in job.stdout
     rows = [json.loads(line) for line in (tmp_path / "smoke" / "metrics.jsonl").read_text().splitlines()]
