@@ -33,6 +33,8 @@ def wait_for_batch(fleet: Fleet, cfg: Config) -> Batch:
             raise RuntimeError("episode actors stopped before the run ended")
         if time.monotonic() >= next_status:
             acc = ray.get(fleet.collector.accounting.remote())
+            if acc["tasks_exhausted"]:
+                raise RuntimeError(f"every task is quarantined, nothing left to train on: {acc['quarantined_tasks']}")
             print(f"[swerve] waiting for batch: in_flight={acc['in_flight']} buffered={acc['buffered']} "
                   f"admitted={acc['admitted']}", flush=True)
             next_status += cfg.run.status_interval_s

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 import ray
 
 from actors.engine_router import EngineRouter
-from actors.remote import (Proxy, RemoteCollector, RemoteEngine, RemoteEpisode, RemoteSandbox, RemoteTrainer,
-                           engine_call)
+from actors.remote import Proxy, RemoteCollector, RemoteEngine, RemoteEpisode, RemoteTrainer, SandboxLease, engine_call
 from configs import Config
-from envs.outcomes import InfraSource
 
 
 def namespace(cfg: Config) -> str:
@@ -34,12 +32,12 @@ class Fleet:
     engines: list
     trainers: list
     collector: object
-    sandboxes: list
     episodes: list
     episode_runs: list
 
     def all_actors(self) -> list:
-        return [*self.episodes, *self.sandboxes, self.collector, *self.engines, *self.trainers]
+        # Sandbox actors belong to their episode actors and end with them.
+        return [*self.episodes, self.collector, *self.engines, *self.trainers]
 
 
 def launch(cfg: Config, tokenizer_path: str, model_path: str, tasks: list) -> Fleet:
@@ -59,15 +57,16 @@ def launch(cfg: Config, tokenizer_path: str, model_path: str, tasks: list) -> Fl
     collector = RemoteCollector.options(**opts("collector")).remote(
         cfg.rollout, tasks, [t.id for t in tasks], cfg.run.seed)
     n = cfg.rollout.num_episode_actors
-    sandboxes = [RemoteSandbox.options(**opts(f"sandbox-{i}")).remote(i, cfg.sandbox) for i in range(n)]
+    seed = cfg.run.seed
     episodes = [
         RemoteEpisode.options(**opts(f"episode-{i}")).remote(
-            i, cfg.rollout, cfg.env, tokenizer_path, EngineRouter(engines, engine_call),
-            Proxy(collector), Proxy(sandboxes[i], InfraSource.SANDBOX))
+            i, cfg.rollout, cfg.env, tokenizer_path,
+            EngineRouter(engines, engine_call, cfg.faults.llm_error_rate, seed=seed * 7919 + i),
+            Proxy(collector), SandboxLease(i, cfg.sandbox, cfg.faults, ns, seed=seed * 104729 + i))
         for i in range(n)
     ]
     runs = [e.run.remote() for e in episodes]
-    return Fleet(engines, trainers, collector, sandboxes, episodes, runs)
+    return Fleet(engines, trainers, collector, episodes, runs)
 
 
 def shutdown(fleet: Fleet, grace_s: float) -> list:
@@ -75,7 +74,7 @@ def shutdown(fleet: Fleet, grace_s: float) -> list:
     ray.get(fleet.collector.stop.remote())
     done, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=grace_s)
     results = ray.get(done)
-    ray.get([s.close.remote() for s in fleet.sandboxes] + [t.close.remote() for t in fleet.trainers])
+    ray.get([t.close.remote() for t in fleet.trainers])
     return results
 
 

@@ -6,6 +6,7 @@ with the right source.
 """
 from __future__ import annotations
 
+import random
 from typing import Optional
 
 import ray
@@ -16,7 +17,9 @@ from actors.episode_actor import EpisodeActor
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
 from actors.trainer_shard import TrainerShard
+from configs.schema import FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
+from envs.sandbox import ExecResult
 
 # Engines take concurrent generate calls; a worker thread batches them.
 RemoteEngine = ray.remote(max_concurrency=256)(EngineActor)
@@ -59,3 +62,63 @@ class Proxy:
 
     def __reduce__(self):
         return (Proxy, (self._handle, self._source))
+
+
+class SandboxLease:
+    """An episode's sandbox: calls go to a SandboxActor that this episode's process owns.
+
+    The actor is created on first use, so it fate-shares with the episode actor (a lease
+    dies with its owner). When it dies, the call fails as infra_error(sandbox) and the next
+    `start` gets a fresh actor, so one crash costs one episode, not the rest of the run.
+    """
+
+    # Room above the command's own timeout before the caller gives up on the actor.
+    RPC_MARGIN_S = 30.0
+
+    def __init__(self, index: int, cfg: SandboxConfig, faults: FaultsConfig, namespace: str, seed: int):
+        self.index, self.cfg, self.faults, self.namespace = index, cfg, faults, namespace
+        self._rng = random.Random(seed)
+        self._handle = None
+        self.generation = 0
+        self.kills_injected = 0
+
+    def _actor(self):
+        if self._handle is None:
+            suffix = f"-r{self.generation}" if self.generation else ""
+            self._handle = RemoteSandbox.options(
+                name=f"sandbox-{self.index}{suffix}", namespace=self.namespace, num_cpus=0
+            ).remote(self.index, self.cfg)
+            self.generation += 1
+        return self._handle
+
+    def _call(self, method: str, *args, timeout_s: Optional[float] = None):
+        handle = self._actor()
+        try:
+            return ray_call(handle, method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
+        except InfraError:
+            ray.kill(handle)  # a hung actor is ended too; the next start replaces it
+            self._handle = None
+            raise
+
+    def start(self, task) -> None:
+        self._call("start", task, timeout_s=self.RPC_MARGIN_S + self.cfg.command_timeout_s)
+
+    def exec(self, command: str, timeout_s: Optional[float] = None) -> ExecResult:
+        if self.faults.sandbox_kill_rate and self._rng.random() < self.faults.sandbox_kill_rate:
+            self.kills_injected += 1
+            ray.kill(self._actor())
+        limit_s = (timeout_s or self.cfg.command_timeout_s) + self.RPC_MARGIN_S
+        return self._call("exec", command, timeout_s, timeout_s=limit_s)
+
+    def read_file(self, path: str) -> str:
+        return self._call("read_file", path, timeout_s=self.RPC_MARGIN_S)
+
+    def write_file(self, path: str, content: str) -> None:
+        self._call("write_file", path, content, timeout_s=self.RPC_MARGIN_S)
+
+    def reset(self) -> None:
+        self._call("reset", timeout_s=self.RPC_MARGIN_S)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._call("close", timeout_s=self.RPC_MARGIN_S)

@@ -194,6 +194,7 @@ class SampleCollector:
         return {
             **c,
             "identity_holds": True,
+            "tasks_exhausted": len(self.quarantined_tasks) == len(set(self._task_ids)),
             "version": self.version,
             "groups_admitted": self.groups_admitted,
             "quarantined_tasks": dict(self.quarantined_tasks),

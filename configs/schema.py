@@ -15,7 +15,7 @@ class RunConfig:
     seed: int = 0
     status_interval_s: float = 5.0
     # Trajectories written to trajectories/*.jsonl per step (a sample, not all).
-    trajectories_per_step: int = 2
+    trajectories_per_step: int = 8
 
 
 @dataclass

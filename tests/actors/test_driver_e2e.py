@@ -73,3 +73,21 @@ def test_actors_are_named_and_gone_after_the_run(e2e_run, ray_session):
     for name in ("engine-0", "engine-1", "trainer-0", "collector", "episode-3", "sandbox-3"):
         with pytest.raises(ValueError):
             ray.get_actor(name, namespace="swerve-e2e")
+
+
+def test_injected_llm_errors_are_excluded_and_rerun(ray_session, swerve_cache, tmp_path):
+    cfg = load_config("configs/default.yaml", [
+        f"run.dir={tmp_path}", "run.name=faults", "trainer.total_steps=2", "engine.num_engines=1",
+        f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
+        "rollout.max_tokens_per_turn=16", "faults.llm_error_rate=0.15", "rollout.max_infra_retries=4",
+    ])
+    path = train(cfg)
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    accounting = json.loads((path / "accounting.json").read_text())
+    assert [r["policy_version"] for r in rows] == [1, 2]
+    assert accounting["infra_excluded"] > 0
+    assert accounting["admitted"] == sum(accounting[k] for k in IDENTITY)
+    assert any(r["infra_error_by_source"].get("engine") for r in rows)
+    for step_file in (path / "trajectories").glob("*.jsonl"):
+        for line in step_file.read_text().splitlines():
+            assert json.loads(line)["outcome"] != "infra_error"

@@ -114,3 +114,11 @@ def test_identity_violation_is_loud():
 def test_empty_task_set_names_the_fix():
     with pytest.raises(ValueError, match="tasks.split"):
         SampleCollector(RolloutConfig(), [], [], seed=0)
+
+
+def test_all_tasks_quarantined_is_reported():
+    c = make(retries=0, ntasks=1, group_size=1)
+    item = c.acquire()
+    c.submit(finish(item, outcome="infra_error", infra_source="sandbox"))
+    assert c.acquire() is None
+    assert c.accounting()["tasks_exhausted"] is True

@@ -1,0 +1,68 @@
+"""EpisodeActor without Ray: a real engine, the real SWE env and a real local sandbox."""
+import pytest
+
+from actors.engine_actor import EngineActor
+from actors.engine_router import EngineRouter, local_call
+from actors.episode_actor import EpisodeActor
+from actors.sample_collector import SampleCollector
+from actors.trajectory import WorkItem
+from configs.schema import EngineConfig, EnvConfig, RolloutConfig, SandboxConfig
+from envs.local_sandbox import LocalSandbox
+from envs.tasks import load_tasks
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_tasks("builtin", "train")[0]
+
+
+def make_actor(model_path, tokenizer_path, sandbox, collector=None, **rollout):
+    cfg = RolloutConfig(max_turns=3, max_tokens_per_turn=16, **rollout)
+    engines = EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call)
+    return EpisodeActor(0, cfg, EnvConfig(), tokenizer_path, engines, collector, sandbox)
+
+
+def work(task, seed=1):
+    return WorkItem(task, task.id, group_id=0, member=0, attempt=0, admitted_version=0, seed=seed)
+
+
+def test_episode_records_token_exact_trajectory(model_path, tokenizer_path, task):
+    actor = make_actor(model_path, tokenizer_path, LocalSandbox(SandboxConfig()))
+    traj = actor.run_episode(work(task))
+    assert traj.outcome in ("format_error", "truncated") and 1 <= traj.turns <= 3
+    assert len(traj.token_ids) == len(traj.loss_mask) == len(traj.logprobs) == len(traj.versions)
+    generated = [v for v, m in zip(traj.versions, traj.loss_mask) if m]
+    assert generated and set(generated) == {0}
+    assert all(lp <= 0 for lp, m in zip(traj.logprobs, traj.loss_mask) if m)
+    assert traj.sandbox_start_s is not None and traj.messages[0]["role"] == "system"
+    assert traj.finished_s >= traj.started_s
+
+
+def test_token_cap_truncates(model_path, tokenizer_path, task):
+    actor = make_actor(model_path, tokenizer_path, LocalSandbox(SandboxConfig()), max_total_tokens=16)
+    traj = actor.run_episode(work(task))
+    assert traj.outcome == "truncated" and traj.num_generated == 0
+
+
+def test_broken_sandbox_is_infra_error_never_scored(model_path, tokenizer_path, task, tmp_path):
+    missing_root = str(tmp_path / "does-not-exist")
+    actor = make_actor(model_path, tokenizer_path, LocalSandbox(SandboxConfig(workdir_root=missing_root)))
+    traj = actor.run_episode(work(task))
+    assert traj.outcome == "infra_error" and traj.infra_source == "sandbox" and traj.reward == 0.0
+    assert traj.token_ids == []
+
+
+def test_run_loop_works_until_stop(model_path, tokenizer_path, task):
+    collector = SampleCollector(RolloutConfig(group_size=2, groups_per_batch=1, max_staleness=0), [task], [task.id], 0)
+    actor = make_actor(model_path, tokenizer_path, LocalSandbox(SandboxConfig()), collector=collector)
+    original_submit = collector.submit
+
+    def submit_then_stop(traj):
+        original_submit(traj)
+        if collector.counts["buffered"] == 2:
+            collector.stop()
+
+    collector.submit = submit_then_stop
+    assert actor.run() == {"actor": "episode-0", "episodes": 2}
+    batch = collector.next_batch(1.0)
+    assert len(batch.samples) == 2 and collector.accounting()["trained"] == 2
