@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shlex
+import zlib
 from typing import Optional
 
 import gymnasium
@@ -26,12 +27,15 @@ class ReverseEnv(gymnasium.Env):
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
-        self.word = WORDS[int(self.np_random.integers(len(WORDS)))]
+        task = (options or {}).get("task")
+        # A task (any record with an id) fixes the word, so every member of a group gets the same one.
+        index = zlib.crc32(task.id.encode()) if task is not None else int(self.np_random.integers(len(WORDS)))
+        self.word = WORDS[index % len(WORDS)]
         prompt = (
             f"Reverse the word '{self.word}'. Reply with one ```bash block that runs "
             "`echo <the reversed word>`."
         )
-        return prompt, {"task_id": f"reverse-{self.word}", "sandbox_start_s": 0.0, "outcome": None, "exec_s": 0.0}
+        return prompt, {"task_id": f"reverse-{self.word}", "outcome": None, "exec_s": 0.0}
 
     def step(self, action: str):
         parsed = parse_action(action)

@@ -45,6 +45,10 @@ def wait_http(url: str, token: str, timeout_s: float) -> None:
 def ray_head():
     """A head node of our own, in the foreground (--block), ended by its process group id."""
     port, dashboard_port = free_port(), free_port()
+    # Every port explicit: the test session's own Ray already holds the defaults (e.g. 52365).
+    ports = {flag: free_port() for flag in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+        "ray-client-server-port", "runtime-env-agent-port", "node-manager-port", "object-manager-port")}
     temp_dir = tempfile.mkdtemp(prefix="swr-")
     # Ray 2.60 clusters require a token; this cluster gets its own, not the user's ~/.ray one.
     token = secrets.token_hex(32)
@@ -52,7 +56,7 @@ def ray_head():
     head = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", "--num-cpus=2",
-         f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+         f"--temp-dir={temp_dir}", "--disable-usage-stats", *(f"--{k}={v}" for k, v in ports.items())],
         env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     address = f"http://127.0.0.1:{dashboard_port}"

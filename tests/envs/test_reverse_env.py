@@ -38,3 +38,12 @@ def test_wrong_answer_and_format_error(env):
     observation, reward, terminated, _, info = env.step(env.word[::-1])
     assert (reward, terminated, info["outcome"]) == (0.0, True, "format_error")
     assert observation.startswith("Format error")
+
+
+def test_a_task_fixes_the_word_for_every_seed():
+    from envs.tasks import load_tasks
+
+    env = gymnasium.make("swerve/Reverse-v0")
+    task = load_tasks("builtin", "train")[0]
+    words = {env.reset(seed=s, options={"task": task})[0] for s in range(5)}
+    assert len(words) == 1
