@@ -47,8 +47,8 @@ def grade(sandbox: Sandbox, task: Task, timeout_s: float) -> GradeResult:
         result = sandbox.exec(command, timeout_s=timeout_s)
     except InfraError as error:
         raise InfraError(InfraSource.GRADER, f"grading {task.id}: {error}") from error
-    if result.timed_out:
-        raise InfraError(InfraSource.GRADER, f"grading {task.id}: test run timed out after {timeout_s}s")
+    # A test run that times out is the agent's doing (e.g. an edit that loops forever), as in
+    # SWE-bench: it scores unresolved rather than being excluded as an infra error.
     status = parse_test_status(result.output, tests)
     resolved = result.exit_code == 0 and all(status[node_id] == PASSED for node_id in tests)
     return GradeResult(resolved=resolved, test_status=status, exit_code=result.exit_code, output=result.output)

@@ -59,10 +59,11 @@ def _bwrap_argv(bwrap: str, workspace: str) -> List[str]:
             argv += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             argv += ["--ro-bind", host, host]
+    # The private /tmp comes before the Python binds: a venv may itself live under /tmp.
+    argv += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
     for prefix in _python_dirs():
         argv += ["--ro-bind", prefix, prefix]
-    argv += ["--bind", workspace, SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE]
-    argv += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/"]
+    argv += ["--bind", workspace, SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
     return argv
 
 
