@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from actors import tasks_cli
 from configs import ConfigError, load_config
 
 
@@ -13,17 +14,6 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     path = train(cfg)
     print(f"[swerve] done: {path}")
-    return 0
-
-
-def _tasks_list(args: argparse.Namespace) -> int:
-    from envs.tasks import load_tasks
-
-    cfg = load_config(args.config, args.overrides)
-    tasks = load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)
-    for task in tasks:
-        print(f"{task.id}\t{task.repo}\t{task.stratum}\tF2P={len(task.fail_to_pass)} P2P={len(task.pass_to_pass)}")
-    print(f"{len(tasks)} tasks ({cfg.tasks.source}, split {cfg.tasks.split})")
     return 0
 
 
@@ -37,8 +27,7 @@ def parser() -> argparse.ArgumentParser:
         return p
 
     with_config(sub.add_parser("train", help="run the asynchronous training loop")).set_defaults(func=_train)
-    tasks = sub.add_parser("tasks", help="inspect task sets").add_subparsers(dest="tasks_command", required=True)
-    with_config(tasks.add_parser("list", help="list the configured tasks")).set_defaults(func=_tasks_list)
+    tasks_cli.register(sub, with_config)
     return top
 
 

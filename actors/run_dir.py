@@ -27,7 +27,6 @@ class RunDir:
     def __init__(self, cfg: Config):
         self.path = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
         (self.path / "trajectories").mkdir(parents=True, exist_ok=True)
-        (self.path / "checkpoints").mkdir(exist_ok=True)
         _write_atomic(self.path / "config.yaml", to_yaml(cfg))
         self.metrics_path = self.path / "metrics.jsonl"
         self.metrics_path.write_text("")

@@ -18,7 +18,6 @@ CHOICES = {
     "rollout.mode": ("async", "sync"),
     "sandbox.backend": ("local",),
     "sandbox.isolation": ("auto", "bwrap", "none"),
-    "tasks.source": ("builtin",),
 }
 
 

@@ -104,8 +104,14 @@ class EnvConfig:
 
 @dataclass
 class TasksConfig:
+    # "builtin", or a path to a task file or directory (SWE-bench / SWE-smith rows, Harbor tasks).
     source: str = "builtin"
+    # Format of a path source; "" detects it from the path.
+    format: str = ""
     split: str = "train"
+    # Written by `swerve tasks validate`; training skips the tasks it lists. "" = the default
+    # location for the source (under the swerve cache).
+    quarantine_file: str = ""
     # Empty means every task of the split.
     ids: List[str] = field(default_factory=list)
 

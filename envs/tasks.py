@@ -21,6 +21,14 @@ class Task:
     # (relative path, pristine content): restored before grading so edited tests cannot cheat.
     test_files: tuple[tuple[str, str], ...]
     setup: tuple[str, ...] = ()
+    split: str = ""
+    # Where the task came from: "builtin", "swebench", "swesmith", "harbor", ...
+    source: str = "builtin"
+    # Container image holding the repository, for container backends (docker, e2b); "" when
+    # workspace_dir alone is enough (local sandbox).
+    image: str = ""
+    # SWE-bench test_patch: applied (git apply) before grading instead of restoring test_files.
+    test_patch: str = ""
 
 
 Loader = Callable[[str, Sequence[str]], List[Task]]
