@@ -102,3 +102,17 @@ def test_injected_llm_errors_are_excluded_and_rerun(ray_session, swerve_cache, t
     for step_file in (path / "trajectories").glob("*.jsonl"):
         for line in step_file.read_text().splitlines():
             assert json.loads(line)["outcome"] != "infra_error"
+
+
+def test_any_gym_text_env_trains_by_changing_only_env_id(ray_session, swerve_cache, tmp_path):
+    cfg = load_config("configs/default.yaml", [
+        f"run.dir={tmp_path}", "run.name=reverse", "trainer.total_steps=2", "engine.num_engines=1",
+        f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}",
+        "env.id=swerve/Reverse-v0",
+    ])
+    path = train(cfg)
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["policy_version"] for r in rows] == [1, 2]
+    trajs = [json.loads(line) for f in (path / "trajectories").glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert trajs and all(t["messages"][1]["content"].startswith("Reverse the word") for t in trajs)
+    assert all(r["sandbox_start_p50_s"] is None for r in rows)  # this env starts no sandbox
