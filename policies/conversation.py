@@ -17,13 +17,18 @@ PROMPT_LOGPROB = 0.0
 PROMPT_VERSION = -1
 
 
+def neutralize_special_tokens(text: str) -> str:
+    """Command output or task text must never open or close a chat turn: break up `<|...|>`."""
+    return text.replace("<|", "<\u200b|")
+
+
 class Conversation:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, system: str, user: str):
         self._tokenizer = tokenizer
         self._im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
         self._messages: List[Dict[str, str]] = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
+            {"role": "system", "content": neutralize_special_tokens(system)},
+            {"role": "user", "content": neutralize_special_tokens(user)},
         ]
         self.token_ids: List[int] = []
         self.loss_mask: List[int] = []
@@ -63,6 +68,7 @@ class Conversation:
         if not self.token_ids or self.token_ids[-1] != self._im_end_id:
             # The generation hit its length cap; the template still needs the turn closed.
             self._append_context([self._im_end_id])
+        text = neutralize_special_tokens(text)
         chunk = f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
         self._append_context(self._tokenizer.encode(chunk, add_special_tokens=False))
         self._messages.append({"role": "user", "content": text})
