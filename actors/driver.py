@@ -14,7 +14,7 @@ from actors.launch import Fleet, init_ray, kill, launch, shutdown
 from actors.run_dir import RunDir
 from actors.trajectory import Batch
 from configs import Config
-from envs.tasks import load_tasks
+from envs.validate import trainable_tasks
 from policies.model import ensure_model
 from policies.tokenizer import ensure_tokenizer
 
@@ -65,9 +65,10 @@ def train(cfg: Config) -> Path:
     init_ray(cfg)
     tokenizer_path = ensure_tokenizer(cfg.tokenizer)
     model_path = ensure_model(cfg.model, tokenizer_path)
-    tasks = load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)
+    tasks, quarantined = trainable_tasks(cfg.tasks)
     fleet = launch(cfg, tokenizer_path, model_path, tasks)
-    print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks, {len(fleet.engines)} engines, "
+    print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
+          f"{len(fleet.engines)} engines, "
           f"{len(fleet.trainers)} trainer shards, {len(fleet.episodes)} episode actors -> {run_dir.path}", flush=True)
     version = 0
     try:
@@ -92,7 +93,7 @@ def train(cfg: Config) -> Path:
                                                "infra_excluded", "quarantined")},
             }
             run_dir.write_metrics(metrics)
-            run_dir.write_accounting(accounting)
+            run_dir.write_accounting({**accounting, "tasks_skipped_quarantined": quarantined})
             run_dir.write_trajectories(step, [t.summary() for t in batch.trajectories[: cfg.run.trajectories_per_step]])
             print(f"[swerve] step {step}/{cfg.trainer.total_steps} v{version} "
                   f"reward={metrics['reward_mean']:.3f} staleness_max={metrics['staleness_max']} "
@@ -102,6 +103,7 @@ def train(cfg: Config) -> Path:
         results = shutdown(fleet, grace_s=cfg.rollout.max_episode_seconds)
         accounting = ray.get(fleet.collector.accounting.remote())
         accounting["episode_actors"] = results
+        accounting["tasks_skipped_quarantined"] = quarantined
         run_dir.write_accounting(accounting)
     finally:
         kill(fleet)

@@ -83,10 +83,21 @@ def _materialize(row: dict, buggy: str, target: Path) -> None:
         shutil.rmtree(staging)
 
 
+def _check_repos(suite: dict) -> None:
+    """Splits are set per repository (so no repository can be on both sides): each needs a known one."""
+    unknown = sorted({row["repo"] for row in suite["tasks"]} - set(suite["repos"]))
+    if unknown:
+        raise ValueError(f"{TASKS_FILE}: tasks name repositories missing from 'repos': {unknown}")
+    for name, meta in suite["repos"].items():
+        if meta.get("split") not in SPLITS:
+            raise ValueError(f"{TASKS_FILE}: repository {name!r} has split {meta.get('split')!r}; allowed: {list(SPLITS)}")
+
+
 def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_CACHE_DIR) -> List[Task]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} for source 'builtin'; allowed splits: {list(SPLITS)}")
     suite = json.loads(TASKS_FILE.read_text())
+    _check_repos(suite)
     root = Path(cache_dir).expanduser() / "tasks" / suite_hash()
     tasks = []
     for row in suite["tasks"]:
@@ -114,6 +125,8 @@ def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_C
                 gold_patch=_gold_patch(row["file"], buggy, fixed),
                 stratum=row["stratum"],
                 test_files=test_files,
+                split=split,
+                source="builtin",
             )
         )
     return tasks

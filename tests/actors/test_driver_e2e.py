@@ -105,7 +105,14 @@ def test_injected_llm_errors_are_excluded_and_rerun(ray_session, swerve_cache, t
 
 
 def test_any_gym_text_env_trains_by_changing_only_env_id(ray_session, swerve_cache, tmp_path):
+    from envs.tasks import load_tasks
+
+    # Also: training skips what the sanity gate quarantined, and says so.
+    ids = [t.id for t in load_tasks("builtin", "train")]
+    quarantine = tmp_path / "quarantine.json"
+    quarantine.write_text(json.dumps({"source": "builtin", "tasks": {i: "gold patch fails" for i in ids[2:]}}))
     cfg = load_config("configs/default.yaml", [
+        f"tasks.quarantine_file={quarantine}",
         f"run.dir={tmp_path}", "run.name=reverse", "trainer.total_steps=2", "engine.num_engines=1",
         f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}",
         "env.id=swerve/Reverse-v0",
@@ -116,3 +123,6 @@ def test_any_gym_text_env_trains_by_changing_only_env_id(ray_session, swerve_cac
     trajs = [json.loads(line) for f in (path / "trajectories").glob("*.jsonl") for line in f.read_text().splitlines()]
     assert trajs and all(t["messages"][1]["content"].startswith("Reverse the word") for t in trajs)
     assert all(r["sandbox_start_p50_s"] is None for r in rows)  # this env starts no sandbox
+    assert {t["task_id"] for t in trajs} <= set(ids[:2])
+    accounting = json.loads((path / "accounting.json").read_text())
+    assert sorted(accounting["tasks_skipped_quarantined"]) == sorted(ids[2:])

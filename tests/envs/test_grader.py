@@ -85,3 +85,54 @@ def test_parse_missing_skipped_and_failed_tests():
         "tests/t.py::test_d": "ERROR",
         "tests/t.py::test_e": MISSING,
     }
+
+
+def _git_repo_task(tmp_path):
+    """A SWE-bench-shaped task: a git repository at the base commit plus a test_patch."""
+    import subprocess
+
+    from envs.tasks import Task
+
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def double(x):\n    return x + x\n")
+    (repo / "tests" / "test_old.py").write_text("from calc import double\n\ndef test_two():\n    assert double(1) == 2\n")
+    (repo / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "base"], check=True)
+    test_patch = (
+        "diff --git a/tests/test_new.py b/tests/test_new.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/tests/test_new.py\n@@ -0,0 +1,4 @@\n+from calc import double\n+\n+def test_three():\n"
+        "+    assert double(3) == 6\n"
+    )
+    return Task(id="git-001", repo="t/repo", workspace_dir=str(repo), problem_statement="p",
+                test_command="python -m pytest -q -rA -p no:cacheprovider",
+                fail_to_pass=("tests/test_new.py::test_three",), pass_to_pass=("tests/test_old.py::test_two",),
+                gold_patch="", stratum="easy", test_files=(), test_patch=test_patch)
+
+
+def test_test_patch_is_applied_over_agent_edits(make_sandbox, tmp_path):
+    task = _git_repo_task(tmp_path)
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    # The agent writes its own version of the hidden test and weakens an existing one.
+    sandbox.write_file("tests/test_new.py", "def test_three():\n    assert True\n")
+    sandbox.write_file("tests/test_old.py", "def test_two():\n    assert True\n")
+    sandbox.write_file("calc.py", "def double(x):\n    return 2\n")
+    result = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert result.test_status == {"tests/test_new.py::test_three": "FAILED", "tests/test_old.py::test_two": PASSED}
+    assert not result.resolved
+    sandbox.write_file("calc.py", "def double(x):\n    return x * 2\n")
+    assert grade(sandbox, task, GRADE_TIMEOUT_S).resolved
+    assert sandbox.exec("git status --porcelain").output.count(".swerve-test.patch") == 0
+
+
+def test_test_patch_that_does_not_apply_is_a_grader_infra_error(make_sandbox, tmp_path):
+    task = dataclasses.replace(_git_repo_task(tmp_path), test_patch="--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n")
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    with pytest.raises(InfraError) as error:
+        grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert error.value.source is InfraSource.GRADER

@@ -76,3 +76,22 @@ def test_materialization_is_content_addressed_and_leaves_no_staging(tmp_path):
     for task in tasks:
         assert os.path.isfile(os.path.join(task.workspace_dir, "pytest.ini"))
         assert not any("__pycache__" in dirs for _, dirs, _ in os.walk(task.workspace_dir))
+
+
+def test_split_all_and_task_split_field():
+    everything = load_tasks(split="all")
+    assert {task.split for task in everything} == {"train", "eval"}
+    assert len(everything) == len(load_tasks(split="train")) + len(load_tasks(split="eval"))
+
+
+def test_load_task_set_reports_no_skipped_rows_for_builtin():
+    from envs.tasks import TaskSet, load_task_set
+
+    task_set = load_task_set("builtin", "train", format="builtin")
+    assert isinstance(task_set, TaskSet) and not task_set.skipped
+    assert [t.id for t in task_set.tasks] == [t.id for t in load_tasks()]
+
+
+def test_unknown_format_names_allowed_formats():
+    with pytest.raises(ValueError, match="swebench"):
+        load_tasks(format="csv")

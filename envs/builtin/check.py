@@ -1,0 +1,135 @@
+"""Check the built-in suite, and fill in the test lists of new tasks.
+
+    python -m envs.builtin.check           # verify every task; exit 1 and name the broken ones
+    python -m envs.builtin.check --fill    # compute fail_to_pass / pass_to_pass where a row lacks them
+
+A task is sound when its repository's pristine test suite passes, every FAIL_TO_PASS test fails
+with the injected line and every PASS_TO_PASS test passes with it. `--fill` lists as
+FAIL_TO_PASS every test the bug breaks and as PASS_TO_PASS every other test of the repository.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE, _inject
+
+PASSED = "PASSED"
+_STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
+FAMILIES = (
+    "compare",  # `<` vs `<=`, `>` vs `>=`
+    "off_by_one",  # range bound, index, slice end
+    "wrong_constant",
+    "wrong_return",  # returns the wrong variable
+    "swapped_args",  # arguments or operands in the wrong order
+    "bool_op",  # `and` vs `or`
+    "negation",  # a missing (or extra) `not`
+    "wrong_expression",  # anything else
+)
+
+
+def run_tests(workspace: Path, node_ids: Sequence[str] = (), timeout_s: float = 60.0) -> Dict[str, str]:
+    """Run pytest in `workspace` (the whole suite unless node ids are given): node id -> status."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    env.pop("PYTHONPATH", None)
+    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *node_ids]
+    result = subprocess.run(argv, cwd=workspace, env=env, capture_output=True, text=True, timeout=timeout_s)
+    status: Dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in _STATUSES:
+            status[rest.split(" - ", 1)[0].strip()] = word
+    if not status:
+        raise RuntimeError(f"no test results in {workspace}:\n{result.stdout}\n{result.stderr}")
+    return status
+
+
+def _copy_repo(repo: str, target: Path) -> Path:
+    shutil.copytree(REPOS_DIR / repo, target, ignore=shutil.ignore_patterns(*_IGNORED))
+    return target
+
+
+def pristine_status(repo: str) -> Dict[str, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_tests(_copy_repo(repo, Path(tmp) / repo))
+
+
+def buggy_status(row: dict) -> Dict[str, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = _copy_repo(row["repo"], Path(tmp) / row["repo"])
+        target = workspace / row["file"]
+        target.write_text(_inject(target.read_text(), row["old"], row["new"], f"task {row['id']}"))
+        return run_tests(workspace)
+
+
+def row_problems(row: dict, pristine: Dict[str, str], buggy: Dict[str, str]) -> List[str]:
+    problems = []
+    if row.get("family") not in FAMILIES:
+        problems.append(f"family {row.get('family')!r} not in {FAMILIES}")
+    if not row.get("fail_to_pass") or not row.get("pass_to_pass"):
+        problems.append("needs at least one FAIL_TO_PASS and one PASS_TO_PASS test")
+    for node_id in row.get("fail_to_pass", []):
+        if pristine.get(node_id) != PASSED or buggy.get(node_id) == PASSED:
+            problems.append(f"FAIL_TO_PASS {node_id}: {buggy.get(node_id)} with the bug, {pristine.get(node_id)} without")
+    for node_id in row.get("pass_to_pass", []):
+        if pristine.get(node_id) != PASSED or buggy.get(node_id) != PASSED:
+            problems.append(f"PASS_TO_PASS {node_id}: {buggy.get(node_id)} with the bug, {pristine.get(node_id)} without")
+    return problems
+
+
+def dump_suite(suite: dict) -> str:
+    """tasks.json in its hand-editable layout: one task field per line, short fields grouped."""
+    enc = lambda value: json.dumps(value, ensure_ascii=False)  # noqa: E731
+    repos = ",\n".join(f"    {enc(name)}: {enc(meta)}" for name, meta in suite["repos"].items())
+    rows = []
+    for row in suite["tasks"]:
+        head = ", ".join(f"{enc(key)}: {enc(row[key])}" for key in ("id", "repo", "stratum", "family") if key in row)
+        rest = [f"      {enc(key)}: {enc(value)}" for key, value in row.items() if key not in ("id", "repo", "stratum", "family")]
+        rows.append("    {\n      " + head + ",\n" + ",\n".join(rest) + "\n    }")
+    return (
+        "{\n"
+        f'  "comment": {enc(suite["comment"])},\n'
+        f'  "repos": {{\n{repos}\n  }},\n'
+        f'  "tasks": [\n' + ",\n".join(rows) + "\n  ]\n}\n"
+    )
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fill", action="store_true", help="compute missing fail_to_pass / pass_to_pass lists")
+    args = parser.parse_args(argv)
+    suite = json.loads(TASKS_FILE.read_text())
+    pristine = {repo: pristine_status(repo) for repo in suite["repos"]}
+    failures = 0
+    for repo, status in pristine.items():
+        broken = sorted(node_id for node_id, word in status.items() if word != PASSED)
+        if broken:
+            failures += 1
+            print(f"{repo}: pristine tests do not pass: {broken}")
+    changed = False
+    for row in suite["tasks"]:
+        buggy = buggy_status(row)
+        if args.fill and not row.get("fail_to_pass"):
+            good = pristine[row["repo"]]
+            row["fail_to_pass"] = sorted(n for n in good if good[n] == PASSED and buggy.get(n) != PASSED)
+            row["pass_to_pass"] = sorted(n for n in good if good[n] == PASSED and buggy.get(n) == PASSED)
+            changed = True
+        problems = row_problems(row, pristine[row["repo"]], buggy)
+        failures += bool(problems)
+        for problem in problems:
+            print(f"{row['id']}: {problem}")
+    if changed:
+        TASKS_FILE.write_text(dump_suite(suite))
+    print(f"{len(suite['tasks'])} tasks, {failures} with problems")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

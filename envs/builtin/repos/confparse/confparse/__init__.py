@@ -1,0 +1,1 @@
+"""A small INI-style configuration parser with typed getters."""

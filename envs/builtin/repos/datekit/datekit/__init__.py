@@ -1,0 +1,1 @@
+"""Calendar arithmetic and duration strings."""

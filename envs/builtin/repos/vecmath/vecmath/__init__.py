@@ -1,0 +1,1 @@
+"""Small vectors and matrices in pure Python."""

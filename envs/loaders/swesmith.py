@@ -1,0 +1,186 @@
+"""SWE-smith rows (JSONL, a JSON list, or parquet) -> Task.
+
+A SWE-smith task is a bug-inducing diff: `patch` breaks the repository, and the fix (the gold
+patch) is its reverse. Fields read: instance_id, patch, FAIL_TO_PASS, PASS_TO_PASS (lists or
+JSON-encoded strings), problem_statement (non-empty), and either
+  - image_name (the SWE-smith dataset): the clean repository lives in the image at /testbed;
+    setup applies the bug patch there (`git apply`), workspace_dir is "" (container backends
+    only), test_files is empty (the tests are not readable without the image); or
+  - repo_path (our extension, written by `swerve tasks synth`): a local directory holding the
+    clean repository (relative paths are relative to the source directory, or to the source
+    file's directory). The buggy workspace = a copy of repo_path without .git (so `git diff`
+    cannot reveal the bug) with the bug patch applied (`patch -p1`, else `git apply`), cached
+    content-addressed under ~/.cache/swerve/tasks/swesmith-<hash>/ ($SWERVE_CACHE_DIR
+    overrides the root) and written atomically; test_files = the clean repository's test files
+    (tests/ and test/ directories, test_*.py, *_test.py, conftest.py, pytest.ini, tox.ini,
+    setup.cfg, pyproject.toml); these tasks run in the local sandbox.
+Optional: repo (default: the repo_path directory name or the image name), stratum, split.
+test_command = pytest with `-rA`.
+
+Not supported: SWE-smith's per-repository test commands and log parsers (pytest only), and
+checking out a task branch of the SWE-smith mirror repositories.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, Sequence
+
+from envs.loaders.common import (PYTEST_COMMAND, RowError, build_dir_once, cache_root, optional_str, read_rows,
+                                 require_str, reverse_patch, row_split, selected, skip, test_list, tree_hash)
+from envs.tasks import SkippedRow, Task, TaskSet
+
+FORMAT = "swesmith"
+TEST_COMMAND = PYTEST_COMMAND
+IMAGE_SETUP = ("source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed")
+_IGNORED_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".venv", ".hg"}
+_TEST_DIRS = {"tests", "test", "testing"}
+_TEST_CONFIGS = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"}
+
+
+def _ignored(relative: Path) -> bool:
+    return bool(_IGNORED_DIRS.intersection(relative.parts)) or relative.suffix in (".pyc", ".pyo")
+
+
+def is_test_file(relative: Path) -> bool:
+    name = relative.name
+    return (bool(_TEST_DIRS.intersection(relative.parts[:-1])) or name in _TEST_CONFIGS
+            or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))))
+
+
+def apply_patch(workdir: Path, diff: str) -> None:
+    """Apply a unified diff in workdir with `patch -p1`, or `git apply` when patch refuses it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".diff", delete=False) as handle:
+        handle.write(diff)
+    try:
+        attempts = [
+            (["patch", "-p1", "--batch", "--forward", "--dry-run", "-i", handle.name],
+             ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-i", handle.name]),
+            (["git", "apply", "--check", handle.name], ["git", "apply", handle.name]),
+        ]
+        errors = []
+        for check, apply in attempts:
+            if shutil.which(check[0]) is None:
+                errors.append(f"{check[0]} not installed")
+                continue
+            probe = subprocess.run(check, cwd=workdir, capture_output=True, text=True)
+            if probe.returncode == 0:
+                done = subprocess.run(apply, cwd=workdir, capture_output=True, text=True)
+                if done.returncode == 0:
+                    return
+                probe = done
+            errors.append(f"{check[0]}: {(probe.stdout + probe.stderr).strip()[-300:]}")
+        raise RowError("patch", "does not apply to repo_path: " + " | ".join(errors))
+    finally:
+        Path(handle.name).unlink()
+
+
+class _Repos:
+    """Per-load memo of each clean repository's content hash and test files."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self._hash: Dict[Path, str] = {}
+        self._tests: Dict[Path, tuple] = {}
+
+    def resolve(self, repo_path: str) -> Path:
+        path = Path(repo_path).expanduser()
+        path = path if path.is_absolute() else self.base / path
+        if not path.is_dir():
+            raise RowError("repo_path", f"not a directory: {path}")
+        return path.resolve()
+
+    def content_hash(self, repo: Path) -> str:
+        if repo not in self._hash:
+            self._hash[repo] = tree_hash(repo, _ignored)
+        return self._hash[repo]
+
+    def test_files(self, repo: Path) -> tuple:
+        if repo not in self._tests:
+            files = []
+            for path in sorted(repo.rglob("*")):
+                relative = path.relative_to(repo)
+                if path.is_file() and not _ignored(relative) and is_test_file(relative):
+                    try:
+                        files.append((relative.as_posix(), path.read_text(encoding="utf-8")))
+                    except UnicodeDecodeError:
+                        continue  # binary fixtures cannot be restored as text; left as they are
+            self._tests[repo] = tuple(files)
+        return self._tests[repo]
+
+
+def materialize(repo: Path, repo_hash: str, bug_patch: str) -> Path:
+    """The buggy workspace: a cached copy of repo with bug_patch applied (content-addressed)."""
+    key = hashlib.sha256(f"{repo_hash}\0{bug_patch}".encode()).hexdigest()[:16]
+
+    def build(out: Path) -> None:
+        shutil.copytree(repo, out, ignore=shutil.ignore_patterns(*_IGNORED_DIRS, "*.pyc"), symlinks=True)
+        apply_patch(out, bug_patch)
+
+    return build_dir_once(cache_root() / "tasks" / f"swesmith-{key}", build)
+
+
+def _image_setup(bug_patch: str) -> tuple:
+    marker = "SWERVE_PATCH_" + hashlib.sha256(bug_patch.encode()).hexdigest()[:12]
+    body = bug_patch if bug_patch.endswith("\n") else bug_patch + "\n"
+    return IMAGE_SETUP + (f"git apply --whitespace=nowarn - <<'{marker}'\n{body}{marker}",)
+
+
+def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Task:
+    if not isinstance(row, dict):
+        raise RowError("row", f"expected a JSON object, got {type(row).__name__}")
+    instance_id = require_str(row, "instance_id", allow_empty=False)
+    bug_patch = require_str(row, "patch", allow_empty=False)
+    fields = dict(
+        id=instance_id,
+        problem_statement=require_str(row, "problem_statement", allow_empty=False),
+        test_command=TEST_COMMAND,
+        fail_to_pass=test_list(row, "FAIL_TO_PASS"),
+        pass_to_pass=test_list(row, "PASS_TO_PASS"),
+        gold_patch=reverse_patch(bug_patch),
+        stratum=optional_str(row, "stratum") or "unknown",
+        split=row_split(row),
+        source=FORMAT,
+    )
+    repo_path = optional_str(row, "repo_path")
+    image = optional_str(row, "image_name")
+    if not repo_path and not image:
+        raise RowError("repo_path", "missing (a SWE-smith row needs repo_path or image_name)")
+    if not selected(fields["split"], instance_id, split, ids):
+        return Task(repo="", workspace_dir="", test_files=(), **fields)  # counted for its split only
+    if repo_path:
+        repo = repos.resolve(repo_path)
+        try:
+            workspace = materialize(repo, repos.content_hash(repo), bug_patch)
+        except OSError as error:
+            raise RowError("repo_path", f"cannot copy {repo}: {error}") from None
+        return Task(repo=optional_str(row, "repo") or repo.name, workspace_dir=str(workspace),
+                    test_files=repos.test_files(repo), **fields)
+    return Task(repo=optional_str(row, "repo") or image, workspace_dir="", test_files=(),
+                setup=_image_setup(bug_patch), image=image, **fields)
+
+
+def load(source: str, split: str, ids: Sequence[str]) -> TaskSet:
+    path = Path(source).expanduser()
+    repos = _Repos(path if path.is_dir() else path.parent)
+    result = TaskSet()
+    seen: dict = {}
+    for where, row in read_rows(path):
+        try:
+            if isinstance(row, RowError):
+                raise row
+            task = row_to_task(row, repos, split, ids)
+        except RowError as error:
+            result.skipped.append(skip(where, row, error))
+            continue
+        if task.id in seen:
+            result.skipped.append(SkippedRow(f"{where} ({task.id})", "instance_id", f"duplicate of {seen[task.id]}"))
+            continue
+        seen[task.id] = where
+        result.splits.add(task.split)
+        if selected(task.split, task.id, split, ids):
+            result.tasks.append(task)
+    return result

@@ -1,0 +1,1 @@
+"""SWE-smith-style task synthesis: procedural bug injection into local Python repositories."""

@@ -1,0 +1,133 @@
+"""The built-in task suite: size, splits, issue texts, and that every task is sound.
+
+Soundness is checked directly and cheaply (one pytest run per task, one per repository):
+the bug makes every FAIL_TO_PASS test fail and leaves every PASS_TO_PASS test passing; the
+gold patch turns the buggy workspace back into the pristine repository, whose suite passes.
+tests/envs/test_grader.py checks the same end to end through a sandbox and the grader.
+"""
+import filecmp
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from envs.builtin.check import FAMILIES, PASSED, run_tests
+from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE
+from envs.tasks import load_tasks
+
+SUITE = json.loads(TASKS_FILE.read_text())
+ROWS = {row["id"]: row for row in SUITE["tasks"]}
+TRAIN, EVAL = load_tasks(split="train"), load_tasks(split="eval")
+ALL_TASKS = TRAIN + EVAL
+REPOS = sorted(SUITE["repos"])
+
+
+def _repo_name(task):
+    return task.repo.split("/", 1)[1]
+
+
+def test_suite_size():
+    assert len(ALL_TASKS) >= 40
+    assert len(ROWS) == len(ALL_TASKS), "every row of tasks.json loads into exactly one split"
+    assert len({task.repo for task in ALL_TASKS}) >= 6
+
+
+def test_splits_are_disjoint_by_repository():
+    train_repos = {task.repo for task in TRAIN}
+    eval_repos = {task.repo for task in EVAL}
+    assert not train_repos & eval_repos
+    assert len(eval_repos) >= 2 and len(EVAL) >= 12
+    assert len(train_repos) >= 2 and len(TRAIN) > len(EVAL)
+    assert not {task.id for task in TRAIN} & {task.id for task in EVAL}
+
+
+def test_every_task_has_split_and_source():
+    for split, tasks in (("train", TRAIN), ("eval", EVAL)):
+        for task in tasks:
+            assert task.split == split == SUITE["repos"][_repo_name(task)]["split"]
+            assert task.source == "builtin"
+
+
+def test_strata_and_families_are_mixed_across_splits():
+    for task in ALL_TASKS:
+        assert task.stratum in {"easy", "medium", "hard"}
+        assert ROWS[task.id]["family"] in FAMILIES
+    core = [family for family in FAMILIES if family != "wrong_expression"]
+    for tasks in (TRAIN, EVAL):
+        families = Counter(ROWS[task.id]["family"] for task in tasks)
+        assert all(families[family] >= 2 for family in core), families
+        # No family dominates a split (LEARNING.md: a skewed eval set swings results two-fold).
+        assert max(families.values()) <= 0.25 * len(tasks), families
+        assert len({task.stratum for task in tasks}) >= 2
+
+
+def _function_names(row):
+    """Names defined or changed around the injected line, to be named by the issue."""
+    source = (REPOS_DIR / row["repo"] / row["file"]).read_text().splitlines()
+    index = source.index(row["old"])
+    for line in reversed(source[: index + 1]):
+        match = re.match(r"\s*def (\w+)|(\w+) = ", line)
+        if match:
+            return {match.group(1) or match.group(2)}
+    return set()
+
+
+@pytest.mark.parametrize("task", ALL_TASKS, ids=[task.id for task in ALL_TASKS])
+def test_problem_statement_reads_like_an_issue(task):
+    text = task.problem_statement
+    title, blank, *body = text.splitlines()
+    assert title.strip() and not blank.strip() and body, "a title line, a blank line, then the body"
+    assert len(text) > 80 and len(title) < 100
+    test_names = {node_id.split("::")[-1] for node_id in task.fail_to_pass + task.pass_to_pass}
+    assert not any(name in text for name in test_names), "issue text must not quote test names"
+    # The function (or constant) holding the bug is named, e.g. `Money.parse` or `UNIT_SECONDS`.
+    names = _function_names(ROWS[task.id])
+    assert names and any(name in text for name in names), (names, title)
+    assert re.search(r"`[^`]+`", text), "concrete values or calls in backticks"
+
+
+@pytest.mark.parametrize("repo", REPOS)
+def test_pristine_repository_passes_quickly(repo, tmp_path):
+    workspace = tmp_path / repo
+    shutil.copytree(REPOS_DIR / repo, workspace, ignore=shutil.ignore_patterns(*_IGNORED))
+    started = time.monotonic()
+    status = run_tests(workspace)
+    elapsed = time.monotonic() - started
+    assert status and all(word == PASSED for word in status.values()), status
+    assert (REPOS_DIR / repo / "pytest.ini").is_file() and (REPOS_DIR / repo / "tests").is_dir()
+    # Interpreter start included; the tests themselves take milliseconds. Loose for shared CI cores.
+    assert elapsed < 10.0
+    listed = {node_id for row in SUITE["tasks"] if row["repo"] == repo for node_id in row["fail_to_pass"] + row["pass_to_pass"]}
+    assert listed <= set(status), sorted(listed - set(status))
+
+
+@pytest.mark.parametrize("task", ALL_TASKS, ids=[task.id for task in ALL_TASKS])
+def test_bug_breaks_fail_to_pass_and_gold_patch_restores_the_repository(task, tmp_path):
+    assert task.fail_to_pass and task.pass_to_pass
+    assert not set(task.fail_to_pass) & set(task.pass_to_pass)
+    workspace = tmp_path / "workspace"
+    shutil.copytree(task.workspace_dir, workspace)
+    status = run_tests(workspace, task.fail_to_pass + task.pass_to_pass)
+    assert all(status.get(node_id) in {"FAILED", "ERROR"} for node_id in task.fail_to_pass), status
+    assert all(status.get(node_id) == PASSED for node_id in task.pass_to_pass), status
+    # A single-line edit: the gold patch removes one line and adds one.
+    changed = [line for line in task.gold_patch.splitlines()[2:] if line[:1] in "+-"]
+    assert len(changed) == 2 and changed[0][0] == "-" and changed[1][0] == "+"
+    (workspace / ".gold.patch").write_text(task.gold_patch)
+    result = subprocess.run(["patch", "-p1", "-i", ".gold.patch"], cwd=workspace, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (workspace / ".gold.patch").unlink()
+    # After the gold patch the workspace is the pristine repository (whose suite passes, above).
+    comparison = filecmp.dircmp(workspace, REPOS_DIR / _repo_name(task), ignore=list(_IGNORED))
+    assert _identical(comparison), f"patched workspace differs from {_repo_name(task)}"
+
+
+def _identical(comparison):
+    if comparison.left_only or comparison.right_only or comparison.funny_files:
+        return False
+    _, mismatch, errors = filecmp.cmpfiles(comparison.left, comparison.right, comparison.common_files, shallow=False)
+    return not mismatch and not errors and all(_identical(sub) for sub in comparison.subdirs.values())

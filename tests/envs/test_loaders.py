@@ -1,0 +1,259 @@
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from envs.loaders import LOADERS, detect_format
+from envs.loaders.common import reverse_patch
+from envs.loaders.harbor import test_command as harbor_test_command
+from envs.loaders.swebench import image_name
+from envs.tasks import load_task_set, load_tasks
+
+F2P = ["tests/test_a.py::test_fixed"]
+P2P = ["tests/test_a.py::test_other"]
+
+
+def swebench_row(instance_id, **extra):
+    row = {
+        "instance_id": instance_id, "repo": "owner/proj", "base_commit": "abc123",
+        "patch": "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n", "test_patch": "",
+        "problem_statement": f"issue {instance_id}", "hints_text": "", "version": "1.0",
+        "FAIL_TO_PASS": json.dumps(F2P), "PASS_TO_PASS": json.dumps(P2P), "environment_setup_commit": "def",
+    }
+    row.update(extra)
+    return row
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return path
+
+
+def make_repo(root: Path) -> Path:
+    (root / "calc").mkdir(parents=True)
+    (root / "calc" / "__init__.py").write_text("")
+    (root / "calc" / "ops.py").write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_ops.py").write_text(
+        "from calc.ops import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+        "def test_sub():\n    assert sub(5, 3) == 2\n")
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    return root
+
+
+BUG = "--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n"
+
+
+def swesmith_row(instance_id, repo_path, patch=BUG, **extra):
+    row = {"instance_id": instance_id, "repo": "calc", "patch": patch, "repo_path": str(repo_path),
+           "FAIL_TO_PASS": ["tests/test_ops.py::test_add"], "PASS_TO_PASS": ["tests/test_ops.py::test_sub"],
+           "problem_statement": "add() subtracts"}
+    row.update(extra)
+    return row
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_registry_holds_real_functions():
+    assert set(LOADERS) == {"builtin", "swebench", "swesmith", "harbor"}
+    assert all(callable(loader) for loader in LOADERS.values())
+
+
+def test_swebench_jsonl_rows_and_malformed_rows_are_named(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [
+        swebench_row("owner__proj-1"),
+        swebench_row("owner__proj-2", FAIL_TO_PASS=F2P, PASS_TO_PASS=[]),  # real lists work too
+        {k: v for k, v in swebench_row("owner__proj-3").items() if k != "problem_statement"},
+        swebench_row("owner__proj-4", FAIL_TO_PASS="[not json"),
+        swebench_row("owner__proj-5", repo=7),
+        "{this is not json",
+        swebench_row("owner__proj-6", PASS_TO_PASS=[1, 2]),
+        swebench_row("owner__proj-1"),
+    ])
+    task_set = load_task_set(str(path))
+    assert [t.id for t in task_set.tasks] == ["owner__proj-1", "owner__proj-2"]
+    task = task_set.tasks[0]
+    assert task.fail_to_pass == tuple(F2P) and task.pass_to_pass == tuple(P2P)
+    assert task.image == "swebench/sweb.eval.x86_64.owner_1776_proj-1:latest"
+    assert task.workspace_dir == "" and task.gold_patch.startswith("--- a/x.py") and task.source == "swebench"
+    assert task.split == "train" and "/testbed" in " ".join(task.setup)
+    skipped = {(s.row, s.field) for s in task_set.skipped}
+    assert skipped == {
+        ("rows.jsonl:3 (owner__proj-3)", "problem_statement"),
+        ("rows.jsonl:4 (owner__proj-4)", "FAIL_TO_PASS"),
+        ("rows.jsonl:5 (owner__proj-5)", "repo"),
+        ("rows.jsonl:6", "json"),
+        ("rows.jsonl:7 (owner__proj-6)", "PASS_TO_PASS"),
+        ("rows.jsonl:8 (owner__proj-1)", "instance_id"),
+    }
+    reasons = {s.field: s.reason for s in task_set.skipped}
+    assert reasons["problem_statement"] == "missing" and "JSON-encoded list" in reasons["FAIL_TO_PASS"]
+    assert "expected a string" in reasons["repo"] and "list of strings" in reasons["PASS_TO_PASS"]
+
+
+def test_load_tasks_logs_one_line_with_the_skipped_count(tmp_path, caplog):
+    path = write_jsonl(tmp_path / "rows.jsonl", [swebench_row("a__b-1"), "{bad", swebench_row("a__b-2", repo=None)])
+    with caplog.at_level("WARNING"):
+        tasks = load_tasks(str(path))
+    assert [t.id for t in tasks] == ["a__b-1"]
+    (record,) = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert "skipped 2 malformed rows" in record.getMessage()
+
+
+def test_split_field_and_all(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [
+        swebench_row("a__b-1"), swebench_row("a__b-2", split="eval"), swebench_row("a__b-3", split="train")])
+    assert [t.id for t in load_tasks(str(path))] == ["a__b-1", "a__b-3"]
+    assert [t.id for t in load_tasks(str(path), split="eval")] == ["a__b-2"]
+    assert [t.id for t in load_tasks(str(path), split="all")] == ["a__b-1", "a__b-2", "a__b-3"]
+    with pytest.raises(ValueError, match="splits present"):
+        load_tasks(str(path), split="validation")
+    assert [t.id for t in load_tasks(str(path), split="all", ids=["a__b-2"])] == ["a__b-2"]
+
+
+def test_swebench_parquet_with_json_encoded_lists(tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed: parquet rows cannot be read")
+    import pyarrow.parquet as pq
+
+    rows = [swebench_row("django__django-11099", difficulty="<15 min fix"), swebench_row("a__b-2")]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "test-00000-of-00001.parquet")
+    assert detect_format(str(tmp_path / "test-00000-of-00001.parquet")) == "swebench"
+    # A directory of row files (a downloaded dataset) loads too.
+    tasks = load_tasks(str(tmp_path), split="all")
+    assert [t.id for t in tasks] == ["a__b-2", "django__django-11099"]
+    assert tasks[1].fail_to_pass == tuple(F2P) and tasks[1].stratum == "<15 min fix"
+    assert tasks[1].image == "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+
+
+def test_image_name_convention():
+    assert image_name("astropy__astropy-12907") == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
+
+
+def test_detection_and_explicit_format(tmp_path):
+    bench = write_jsonl(tmp_path / "bench.jsonl", [swebench_row("a__b-1")])
+    smith = write_jsonl(tmp_path / "smith.jsonl", [{"instance_id": "x", "image_name": "img", "patch": BUG}])
+    odd = write_jsonl(tmp_path / "odd.jsonl", [{"hello": 1}])
+    assert detect_format(str(bench)) == "swebench" and detect_format(str(smith)) == "swesmith"
+    assert detect_format("builtin") == "builtin"
+    with pytest.raises(ValueError, match="tasks.format"):
+        detect_format(str(odd))
+    with pytest.raises(ValueError, match="allowed formats"):
+        load_tasks(str(bench), format="csv")
+    # An explicit format reads the file as that format: SWE-bench rows lack what SWE-smith needs.
+    task_set = load_task_set(str(bench), format="swesmith")
+    assert not task_set.tasks and task_set.skipped[0].field == "repo_path"
+
+
+def test_reverse_patch_undoes_the_patch(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    diff = BUG + "--- /dev/null\n+++ b/calc/new.py\n@@ -0,0 +1,2 @@\n+X = 1\n+Y = 2\n"
+    original = (repo / "calc" / "ops.py").read_text()
+    for text in (diff, reverse_patch(diff)):
+        subprocess.run(["patch", "-p1", "--batch", "-i", "-"], input=text, text=True, cwd=repo, check=True,
+                       capture_output=True)
+    assert (repo / "calc" / "ops.py").read_text() == original
+    assert not (repo / "calc" / "new.py").exists()
+    assert reverse_patch(reverse_patch(diff)) == diff
+
+
+def test_swesmith_local_repo_materializes_the_buggy_workspace(tmp_path, cache):
+    repo = make_repo(tmp_path / "repo")
+    rows = write_jsonl(tmp_path / "synth.jsonl", [
+        swesmith_row("calc-1", repo),
+        swesmith_row("calc-2", "repo", patch=BUG.replace("a + b", "a * b")),  # relative repo_path; does not apply
+        swesmith_row("calc-3", tmp_path / "missing"),
+        swesmith_row("calc-4", repo, problem_statement=""),
+    ])
+    task_set = load_task_set(str(rows))
+    (task,) = task_set.tasks
+    assert {(s.row, s.field) for s in task_set.skipped} == {
+        ("synth.jsonl:2 (calc-2)", "patch"), ("synth.jsonl:3 (calc-3)", "repo_path"),
+        ("synth.jsonl:4 (calc-4)", "problem_statement")}
+    workspace = Path(task.workspace_dir)
+    assert workspace.parent == cache / "tasks" and workspace.name.startswith("swesmith-")
+    assert "return a - b" in (workspace / "calc" / "ops.py").read_text()
+    assert not (workspace / ".git").exists()
+    assert task.test_command == "python -m pytest -q -rA -p no:cacheprovider"
+    assert dict(task.test_files)["tests/test_ops.py"].startswith("from calc.ops")
+    assert "pytest.ini" in dict(task.test_files) and "calc/ops.py" not in dict(task.test_files)
+    assert task.repo == "calc" and task.source == "swesmith" and task.image == ""
+    # The gold patch (reverse of the bug) restores the clean file.
+    check = tmp_path / "check"
+    shutil.copytree(workspace, check)
+    subprocess.run(["patch", "-p1", "--batch", "-i", "-"], input=task.gold_patch, text=True, cwd=check, check=True,
+                   capture_output=True)
+    assert (check / "calc" / "ops.py").read_text() == (repo / "calc" / "ops.py").read_text()
+    # Content-addressed: loading again reuses the workspace and leaves no staging directory.
+    again = load_tasks(str(rows))
+    assert again[0].workspace_dir == task.workspace_dir
+    assert [p.name for p in (cache / "tasks").iterdir()] == [workspace.name]
+
+
+def test_swesmith_image_rows(tmp_path):
+    rows = write_jsonl(tmp_path / "smith.jsonl", [{
+        "instance_id": "oauthlib__oauthlib.1fd52536.combine_file__abc", "repo": "swesmith/oauthlib__oauthlib.1fd52536",
+        "patch": BUG, "FAIL_TO_PASS": json.dumps(["tests/test_ops.py::test_add"]), "PASS_TO_PASS": "[]",
+        "problem_statement": "broken", "image_name": "swebench/swesmith.x86_64.oauthlib_1776_oauthlib.1fd52536"}])
+    (task,) = load_tasks(str(rows))
+    assert task.workspace_dir == "" and task.image.startswith("swebench/swesmith")
+    assert "git apply" in task.setup[-1] and BUG in task.setup[-1]
+    assert task.gold_patch == reverse_patch(BUG)
+
+
+def write_harbor(root: Path, name: str, toml: str = 'version = "1.0"\n[metadata]\ndifficulty = "easy"\n',
+                 test_sh: str | None = "echo 1 > /logs/verifier/reward.txt\n", dockerfile: bool = True) -> Path:
+    task = root / name
+    (task / "tests").mkdir(parents=True)
+    (task / "instruction.md").write_text(f"Do the thing for {name}.\n")
+    (task / "task.toml").write_text(toml)
+    if test_sh is not None:
+        (task / "tests" / "test.sh").write_text(test_sh)
+        (task / "tests" / "test_outputs.py").write_text("def test_x():\n    pass\n")
+    if dockerfile:
+        (task / "environment").mkdir()
+        (task / "environment" / "Dockerfile").write_text("FROM python:3.11-slim\nWORKDIR /app\n")
+    (task / "solution").mkdir()
+    (task / "solution" / "solve.sh").write_text("echo solved\n")
+    return task
+
+
+def test_harbor_single_dir_and_dir_of_dirs(tmp_path):
+    single = write_harbor(tmp_path / "set", "hello-world")
+    write_harbor(tmp_path / "set", "with-image", toml='[environment]\ndocker_image = "ghcr.io/x/y:1"\n'
+                 '[metadata]\nsplit = "eval"\n', dockerfile=False)
+    write_harbor(tmp_path / "set", "no-tests", test_sh=None)
+    write_harbor(tmp_path / "set", "bad-toml", toml="[metadata\n")
+    write_harbor(tmp_path / "set", "no-env", dockerfile=False)
+    assert detect_format(str(single)) == detect_format(str(tmp_path / "set")) == "harbor"
+    (task,) = load_tasks(str(single))
+    assert task.id == "hello-world" and task.problem_statement.startswith("Do the thing")
+    assert task.stratum == "easy" and task.source == "harbor" and task.workspace_dir == ""
+    assert task.image.startswith("swerve-harbor/hello-world:") and task.build_context.endswith("environment")
+    assert task.gold_script == "echo solved\n" and task.gold_patch == ""
+    assert ".harbor/tests/test.sh" in dict(task.test_files) and "bash /tests/test.sh" in task.test_command
+    task_set = load_task_set(str(tmp_path / "set"), split="all")
+    assert [t.id for t in task_set.tasks] == ["hello-world", "with-image"]
+    assert task_set.tasks[1].image == "ghcr.io/x/y:1" and task_set.tasks[1].split == "eval"
+    assert {(Path(s.row).name, s.field) for s in task_set.skipped} == {
+        ("no-tests", "tests/test.sh"), ("bad-toml", "task.toml"), ("no-env", "environment/Dockerfile")}
+
+
+@pytest.mark.parametrize("reward, resolved", [("1", True), ("1.0", True), ("0", False), ("0.5", False), (None, False)])
+def test_harbor_test_command_reads_the_reward_file(tmp_path, reward, resolved):
+    # Run the command with its absolute paths moved under tmp_path (a container would have them at /).
+    root = tmp_path / "root"
+    workspace = tmp_path / "ws"
+    (workspace / ".harbor" / "tests").mkdir(parents=True)
+    write = f"echo {reward} > {root}/logs/verifier/reward.txt" if reward is not None else "true"
+    (workspace / ".harbor" / "tests" / "test.sh").write_text(write + "\n")
+    command = harbor_test_command(f"{root}/tests", f"{root}/logs/verifier")
+    done = subprocess.run(["bash", "-c", command], cwd=workspace, capture_output=True, text=True)
+    assert (done.returncode == 0) is resolved, done.stderr

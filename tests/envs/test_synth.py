@@ -1,0 +1,338 @@
+"""The SWE-smith-style bug injector: mutators, synthesis on a fixture repo and on a real
+third-party package (``referencing``, copied from site-packages with its own tests)."""
+
+import ast
+import difflib
+import importlib.util
+import json
+import shutil
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.synth import cli
+from envs.synth.injector import make_patch, run_pytest, stratum_for, synthesize
+from envs.synth.mutators import FAMILIES, find_mutations
+
+# ---------------------------------------------------------------------------------------
+# Mutators
+
+SNIPPET = textwrap.dedent('''\
+    import os  # a comment that must survive
+
+
+    def f(x, y):
+        """Docstring."""
+        total = 0
+        if x < y and y > 0:
+            total += x * 2
+        else:
+            total = y - 1
+        log(x, y)
+        if not x:
+            return None
+        return total if x == 3 else -total
+''')
+
+
+def _changed_lines(old, new):
+    diff = [l for l in difflib.unified_diff(old.splitlines(), new.splitlines(), n=0, lineterm="")
+            if l[:1] in "+-" and not l.startswith(("+++", "---"))]
+    return diff
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_makes_minimal_parsing_edits(family):
+    muts = find_mutations(SNIPPET, "pkg/mod.py", seed=0, families=[family])
+    assert muts, family
+    for m in muts:
+        assert m.family == family and m.file == "pkg/mod.py" and m.description
+        assert m.new_text != SNIPPET
+        ast.parse(m.new_text)
+        # only the replaced span differs; everything else is byte-identical
+        assert m.new_text == SNIPPET[: m.start] + m.replacement + SNIPPET[m.end :]
+        assert "# a comment that must survive" in m.new_text
+        changed = _changed_lines(SNIPPET, m.new_text)
+        limit = 6 if family == "swap_if_else" else 3
+        assert 0 < len(changed) <= limit, (family, changed)
+
+
+def test_compare_and_binary_operators():
+    compare = [m.new_text for m in find_mutations(SNIPPET, families=["change_compare_op"])]
+    assert any("if x <= y and y > 0:" in t or "if x > y and y > 0:" in t
+               or "y >= 0" in t or "y < 0" in t for t in compare)
+    assert any("x != 3" in t for t in compare)
+    binop = [m for m in find_mutations(SNIPPET, families=["change_binary_op"])]
+    texts = [m.new_text for m in binop]
+    assert any("total -= x * 2" in t for t in texts)
+    assert any("total = y + 1" in t for t in texts)
+    assert any("x + 2" in t or "x / 2" in t for t in texts)
+
+
+def test_constant_negate_bool_swap_remove():
+    consts = [m.new_text for m in find_mutations(SNIPPET, families=["change_constant"])]
+    assert any("total = 1\n" in t for t in consts)  # 0 -> 1
+    assert any("x == 4" in t or "x == 2" in t for t in consts)
+    neg = [m.new_text for m in find_mutations(SNIPPET, families=["negate_condition"])]
+    assert any("if not (x < y and y > 0):" in t for t in neg)
+    assert any("    if x:\n        return None" in t for t in neg)
+    assert any("total if not (x == 3) else" in t for t in neg)
+    boolop = [m.new_text for m in find_mutations(SNIPPET, families=["change_bool_op"])]
+    assert boolop == [SNIPPET.replace("x < y and y > 0", "x < y or y > 0")]
+    swap = find_mutations(SNIPPET, families=["swap_if_else"])
+    assert [m.new_text for m in swap] == [SNIPPET.replace(
+        "        total += x * 2\n    else:\n        total = y - 1\n",
+        "        total = y - 1\n    else:\n        total += x * 2\n")]
+    args = [m.new_text for m in find_mutations(SNIPPET, families=["swap_call_args"])]
+    assert args == [SNIPPET.replace("log(x, y)", "log(y, x)")]
+    removed = [m.new_text for m in find_mutations(SNIPPET, families=["remove_statement"])]
+    assert SNIPPET.replace("        total = 0\n", "").replace("    total = 0\n", "") in removed
+    assert SNIPPET.replace("    log(x, y)\n", "") in removed
+    assert SNIPPET.replace("    if not x:\n        return None\n", "") in removed
+    # a sole statement in a block is replaced by `pass`, not deleted
+    assert SNIPPET.replace("        total = y - 1\n", "        pass\n") in removed
+    # module-level statements (the import) are never removed
+    assert all("import os" in t for t in removed)
+
+
+def test_mutations_are_deterministic_and_seeded():
+    a = find_mutations(SNIPPET, "m.py", seed=1)
+    b = find_mutations(SNIPPET, "m.py", seed=1)
+    assert [m.new_text for m in a] == [m.new_text for m in b]
+    assert set(m.family for m in a) == set(FAMILIES)
+
+
+def test_non_ascii_crlf_and_annotations():
+    src = 'def g(s: int | None = 1) -> "é":\r\n    t = "héllo"; u = 2\r\n    return len(t) + u\r\n'
+    muts = find_mutations(src, families=["change_binary_op", "change_constant", "remove_statement"])
+    texts = [m.new_text for m in muts]
+    assert 'def g(s: int | None = 1) -> "é":\r\n    t = "héllo"; u = 2\r\n    return len(t) - u\r\n' in texts
+    assert 'def g(s: int | None = 1) -> "é":\r\n    t = "héllo"; u = 3\r\n    return len(t) + u\r\n' in texts \
+        or 'def g(s: int | None = 1) -> "é":\r\n    t = "héllo"; u = 1\r\n    return len(t) + u\r\n' in texts
+    assert not any("int & None" in t for t in texts)  # annotations are left alone
+    assert not any(m.family == "remove_statement" for m in muts)  # `a; b` lines are not cut
+    assert find_mutations("def broken(:\n") == []
+
+
+def test_make_patch_without_trailing_newline(tmp_path):
+    old, new = "x = 1\ny = 2", "x = 1\ny = 3"
+    (tmp_path / "m.py").write_text(old)
+    patch = make_patch("m.py", old, new)
+    assert patch.startswith("--- a/m.py\n+++ b/m.py\n")
+    subprocess.run(["patch", "-p1", "-s"], input=patch, text=True, cwd=tmp_path, check=True)
+    assert (tmp_path / "m.py").read_text() == new
+
+
+# ---------------------------------------------------------------------------------------
+# Synthesis on a small fixture repository
+
+MODULE = textwrap.dedent('''\
+    def clamp(x, lo, hi):
+        if x < lo:
+            return lo
+        if x > hi:
+            return hi
+        return x
+
+
+    def total(xs):
+        s = 0
+        for x in xs:
+            s += x
+        return s
+
+
+    def sign(x):
+        if x >= 0:
+            return 1
+        else:
+            return -1
+
+
+    def both(a, b):
+        return bool(a and b)
+
+
+    def minus(a, b):
+        return a - b
+
+
+    def span(xs):
+        return minus(max(xs), min(xs))
+''')
+
+TESTS = textwrap.dedent('''\
+    from calc.ops import both, clamp, minus, sign, span, total
+
+
+    def test_clamp_low():
+        assert clamp(-5, 0, 10) == 0
+
+    def test_clamp_high():
+        assert clamp(50, 0, 10) == 10
+
+    def test_clamp_inside():
+        assert clamp(5, 0, 10) == 5
+
+    def test_total():
+        assert total([1, 2, 3]) == 6
+
+    def test_sign():
+        assert sign(3) == 1
+        assert sign(-3) == -1
+
+    def test_both():
+        assert both(1, 0) is False
+
+    def test_minus():
+        assert minus(5, 3) == 2
+
+    def test_span():
+        assert span([4, 1, 9]) == 8
+''')
+
+
+def make_fixture_repo(root: Path) -> Path:
+    repo = root / "calcrepo"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "calc" / "__init__.py").write_text("")
+    (repo / "calc" / "ops.py").write_text(MODULE)
+    (repo / "tests" / "test_ops.py").write_text(TESTS)
+    return repo
+
+
+def check_row(row: dict, scratch: Path) -> None:
+    """The patch applies with patch -p1 to a fresh copy, breaks exactly F2P, keeps P2P,
+    and reversing it (the gold fix) makes everything pass again."""
+    src = Path(row["repo_path"])
+    copy = scratch / row["instance_id"]
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["patch", "-p1", "-s", "--no-backup-if-mismatch"], input=row["patch"],
+                   text=True, cwd=copy, check=True)
+    ids = row["FAIL_TO_PASS"] + row["PASS_TO_PASS"]
+    bugged = run_pytest(copy, 120, extra_args=ids)
+    assert bugged.passed == set(row["PASS_TO_PASS"]), bugged.output[-2000:]
+    subprocess.run(["patch", "-p1", "-R", "-s", "--no-backup-if-mismatch"], input=row["patch"],
+                   text=True, cwd=copy, check=True)
+    fixed = run_pytest(copy, 120, extra_args=ids)
+    assert fixed.passed == set(ids), fixed.output[-2000:]
+
+
+REQUIRED_KEYS = {"instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PASS",
+                 "problem_statement", "image_name", "repo_path", "family", "stratum", "split"}
+
+
+def test_synthesize_fixture_repo(tmp_path):
+    repo = make_fixture_repo(tmp_path)
+    before = (repo / "calc" / "ops.py").read_text()
+    stats = {}
+    rows = synthesize(repo, 3, seed=0, timeout_s=120, stats=stats)
+    assert len(rows) == 3 and stats["kept"] == 3 and stats["tried"] >= 3
+    assert (repo / "calc" / "ops.py").read_text() == before  # the source repo is untouched
+    assert not list(repo.rglob("__pycache__"))
+    assert len({r["instance_id"] for r in rows}) == 3
+    for row in rows:
+        assert REQUIRED_KEYS <= set(row)
+        assert row["repo"] == "calcrepo" and row["instance_id"].startswith("calcrepo.")
+        assert row["repo_path"] == str(repo.resolve()) and row["split"] == "train"
+        assert row["image_name"] == "" and row["family"] in FAMILIES
+        assert row["stratum"] == stratum_for(len(row["FAIL_TO_PASS"]))
+        assert row["patch"].startswith("--- a/calc/ops.py\n+++ b/calc/ops.py\n")
+        assert row["FAIL_TO_PASS"] and row["PASS_TO_PASS"]
+        assert not set(row["FAIL_TO_PASS"]) & set(row["PASS_TO_PASS"])
+        statement = row["problem_statement"]
+        for nid in row["FAIL_TO_PASS"]:
+            assert nid in statement
+        # the statement describes behaviour, not the edit
+        removed = [l[1:].strip() for l in row["patch"].splitlines()
+                   if l.startswith("-") and not l.startswith("---")]
+        added = [l[1:].strip() for l in row["patch"].splitlines()
+                 if l.startswith("+") and not l.startswith("+++")]
+        for line in removed + added:
+            if line:
+                assert line not in statement, line
+        check_row(row, tmp_path)
+    json.dumps(rows)
+    # deterministic given the seed
+    again = synthesize(repo, 3, seed=0, timeout_s=120)
+    assert [r["instance_id"] for r in again] == [r["instance_id"] for r in rows]
+
+
+def test_problem_statement_quotes_the_failing_assertion(tmp_path):
+    repo = make_fixture_repo(tmp_path)
+    rows = synthesize(repo, 2, seed=0, timeout_s=60, families=["change_binary_op"])
+    (row,) = [r for r in rows if "+    return a + b" in r["patch"]]
+    # `a - b` -> `a + b` in minus: the assertion and the wrong value are quoted
+    assert "tests/test_ops.py::test_minus" in row["FAIL_TO_PASS"]
+    statement = row["problem_statement"]
+    assert "assert minus(5, 3) == 2" in statement and "got `8`" in statement
+    assert "return a + b" not in statement and "return a - b" not in statement
+
+
+def test_synthesize_rejects_repo_without_passing_tests(tmp_path):
+    from envs.synth.injector import SynthError
+
+    repo = tmp_path / "bad"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_x.py").write_text("def test_x():\n    assert False\n")
+    with pytest.raises(SynthError):
+        synthesize(repo, 1, timeout_s=60)
+
+
+def test_cli_writes_jsonl_and_table(tmp_path, capsys):
+    import argparse
+
+    repo = make_fixture_repo(tmp_path)
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    out = tmp_path / "out" / "tasks.jsonl"
+    args = parser.parse_args(["--repo", str(repo), "--out", str(out), "-n", "2", "--seed", "3",
+                              "--timeout-s", "120", "--quiet"])
+    assert cli.run(args) == 0
+    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    assert len(rows) == 2
+    printed = capsys.readouterr().out
+    assert "#F2P" in printed and "candidates:" in printed and "kept: 2" in printed
+    for row in rows:
+        assert row["instance_id"] in printed
+
+
+# ---------------------------------------------------------------------------------------
+# A real third-party repository: `referencing` (python-jsonschema/referencing), copied from
+# site-packages together with the tests it ships inside the package.
+
+
+def _referencing_copy(root: Path) -> Path | None:
+    spec = importlib.util.find_spec("referencing")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    if not (pkg / "tests" / "test_core.py").exists():
+        return None
+    repo = root / "referencing-repo"
+    shutil.copytree(pkg, repo / "referencing", ignore=shutil.ignore_patterns("__pycache__"))
+    # needs the external JSON-Schema referencing suite checkout, which is not shipped
+    (repo / "referencing" / "tests" / "test_referencing_suite.py").unlink(missing_ok=True)
+    return repo
+
+
+def test_synthesize_real_third_party_repo(tmp_path):
+    repo = _referencing_copy(tmp_path)
+    if repo is None:
+        pytest.skip("referencing (with its tests) is not installed")
+    t0 = time.monotonic()
+    stats = {}
+    rows = synthesize(repo, 2, seed=0, timeout_s=240, stats=stats)
+    elapsed = time.monotonic() - t0
+    assert len(rows) == 2, stats
+    assert stats["baseline_passed"] > 100
+    for row in rows:
+        assert row["patch"].startswith("--- a/referencing/")
+        assert all(nid.startswith("referencing/tests/") for nid in row["FAIL_TO_PASS"])
+        assert len(row["PASS_TO_PASS"]) == 20  # capped
+        check_row(row, tmp_path)
+    print(f"referencing: {len(rows)} tasks from {stats['tried']} tries in {elapsed:.1f}s")
