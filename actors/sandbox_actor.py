@@ -8,10 +8,14 @@ from __future__ import annotations
 import time
 
 from configs.schema import SandboxConfig
+from envs.docker_sandbox import DockerSandbox
+from envs.e2b_sandbox import E2BSandbox
 from envs.local_sandbox import LocalSandbox
 from envs.sandbox import ExecResult
+from envs.sandbox_pool import pooled
 
-SANDBOX_BACKENDS = {"local": LocalSandbox}
+# Each entry builds the backend from SandboxConfig, inside a warm pool when sandbox.pool_size > 0.
+SANDBOX_BACKENDS = {"local": pooled(LocalSandbox), "e2b": pooled(E2BSandbox), "docker": pooled(DockerSandbox)}
 
 
 class SandboxActor:

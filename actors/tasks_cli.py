@@ -63,6 +63,8 @@ def _validate(args: argparse.Namespace) -> int:
     from envs.local_sandbox import LocalSandbox
     from envs.validate import OK, QUARANTINED, SKIPPED, quarantine_path, validate_task, write_quarantine
 
+    if args.split is None and not any(o.startswith("tasks.split=") for o in args.overrides):
+        args.split = "all"  # the gate checks a whole source unless told otherwise
     cfg = _config(args)
     task_set = _load(cfg)
     header = ("id", "repo", "gold", "empty", "verdict", "reason", "seconds")

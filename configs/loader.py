@@ -16,7 +16,7 @@ CHOICES = {
     "engine.backend": ("cpu",),
     "trainer.backend": ("torch",),
     "rollout.mode": ("async", "sync"),
-    "sandbox.backend": ("local",),
+    "sandbox.backend": ("local", "e2b", "docker"),
     "sandbox.isolation": ("auto", "bwrap", "none"),
 }
 

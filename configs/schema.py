@@ -128,6 +128,32 @@ class SandboxConfig:
     max_output_bytes: int = 1_000_000
     # Empty uses the system temporary directory.
     workdir_root: str = ""
+    # Per-lease cgroup (local backend) holding pids.max=max_processes and a memory limit of
+    # memory_mb over all of the lease's processes: as root RLIMIT_NPROC is not enforced, so
+    # only a cgroup contains a fork bomb. "auto" uses one when the cgroup fs is writable
+    # (else warns once), "required" fails the lease without one, "off" never uses one.
+    cgroup: str = "auto"
+    # Warm pool: ready leases kept per task (workspace copied, probe run) so start() of a
+    # task seen before takes one and refills in the background; 0 turns the pool off.
+    pool_size: int = 1
+    # How many distinct tasks keep ready leases (least recently started are dropped first).
+    pool_tasks: int = 4
+    # A ready lease older than this is closed instead of used (remote leases expire).
+    pool_max_idle_s: float = 120.0
+    # Where the repository lives inside a container (docker, e2b): a task without an image
+    # is uploaded there; images that ship the repo elsewhere (SWE-bench: /testbed) set it.
+    container_workdir: str = "/workspace"
+    # E2B template used when a task has no image of its own.
+    e2b_template: str = "base"
+    # E2B sandbox lifetime in seconds, renewed (set_timeout) while the lease is used, so a
+    # sandbox whose owner died expires on its own shortly after.
+    e2b_timeout_s: int = 300
+    # Outbound internet for E2B sandboxes: off, like the local and docker backends.
+    e2b_allow_internet: bool = False
+    # Image for docker leases of tasks without an image of their own.
+    docker_image: str = "python:3.11-slim"
+    # User commands run as inside the container ("" keeps the image's user).
+    docker_user: str = "1000:1000"
 
 
 @dataclass

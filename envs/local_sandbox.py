@@ -2,6 +2,9 @@
 
 Inside bwrap a command sees: read-only system directories and Python, the workspace
 read-write at /workspace (its cwd), a private /tmp, no network, uid 1000, and rlimits.
+Each lease also gets a cgroup (envs/cgroups.py) when the cgroup fs allows: pids.max and a
+memory limit over all its processes, and a kill that reaches processes which left the
+process group. Without one (no cgroup fs, not root) it degrades with a logged warning.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from configs.schema import SandboxConfig
+from envs.cgroups import LeaseCgroup
 from envs.outcomes import InfraError, InfraSource
 from envs.process import run_process
 from envs.sandbox import ExecResult
@@ -23,11 +27,15 @@ from envs.tasks import Task
 log = logging.getLogger(__name__)
 
 ISOLATION_MODES = ("auto", "bwrap", "none")
+CGROUP_MODES = ("auto", "required", "off")
 SANDBOX_WORKSPACE = "/workspace"
 SANDBOX_UID = 1000
 _SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32")
 _MIB = 1024 * 1024
 _warned_unisolated = False
+_warned_no_cgroup = False
+# Joins the cgroups named before "--" (by writing its pid to their cgroup.procs), then execs the rest.
+_JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
 def clean_env() -> dict:
@@ -71,6 +79,8 @@ class LocalSandbox:
     def __init__(self, config: SandboxConfig):
         if config.isolation not in ISOLATION_MODES:
             raise ValueError(f"sandbox.isolation={config.isolation!r}; allowed: {list(ISOLATION_MODES)}")
+        if config.cgroup not in CGROUP_MODES:
+            raise ValueError(f"sandbox.cgroup={config.cgroup!r}; allowed: {list(CGROUP_MODES)}")
         self.config = config
         self._bwrap = shutil.which("bwrap")
         if config.isolation == "bwrap" and self._bwrap is None:
@@ -85,6 +95,8 @@ class LocalSandbox:
             raise InfraError(InfraSource.SANDBOX, "prlimit (util-linux) is required for sandbox rlimits")
         self._task: Optional[Task] = None
         self._lease_dir: Optional[Path] = None
+        self._cgroup: Optional[LeaseCgroup] = None
+        self._sh = shutil.which("sh") or "/bin/sh"
         # Seconds the last start() took, from request to a sandbox that ran its probe command.
         self.last_start_s: float = 0.0
 
@@ -104,7 +116,9 @@ class LocalSandbox:
             self._task = task
             self._copy_workspace()
         except OSError as error:
+            self.close()
             raise InfraError(InfraSource.SANDBOX, f"cannot create workspace for {task.id}: {error}") from error
+        self._cgroup = self._make_cgroup()
         probe = self.exec("true")
         if probe.exit_code != 0:
             raise InfraError(InfraSource.SANDBOX, f"sandbox probe failed ({probe.exit_code}): {probe.output[-2000:]}")
@@ -120,6 +134,8 @@ class LocalSandbox:
             f"--fsize={self.config.max_file_mb * _MIB}",
         ]
         argv = [self._prlimit, *limits, "--"]
+        if self._cgroup is not None:
+            argv = [self._sh, "-c", _JOIN_CGROUP, "sh", *self._cgroup.procs_files, "--", *argv]
         if self.isolated:
             argv += _bwrap_argv(self._bwrap, workspace)
         argv += [self._bash, "-c", command]
@@ -127,6 +143,10 @@ class LocalSandbox:
             return run_process(argv, clean_env(), workspace, timeout_s, self.config.max_output_bytes)
         except OSError as error:
             raise InfraError(InfraSource.SANDBOX, f"cannot run command: {error}") from error
+        finally:
+            if self._cgroup is not None:
+                # Nothing outlives its command, not even what left the process group (setsid).
+                self._cgroup.kill_all()
 
     def read_file(self, path: str) -> str:
         return self._resolve(path).read_text(encoding="utf-8", errors="replace")
@@ -140,11 +160,34 @@ class LocalSandbox:
         shutil.rmtree(self.workspace)
         self._copy_workspace()
 
+    @property
+    def cgroup(self) -> Optional[LeaseCgroup]:
+        """The lease's cgroup, None when cgroups are off or unavailable."""
+        return self._cgroup
+
     def close(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
         if self._lease_dir is not None:
             shutil.rmtree(self._lease_dir)
         self._lease_dir = None
         self._task = None
+
+    def _make_cgroup(self) -> Optional[LeaseCgroup]:
+        global _warned_no_cgroup
+        if self.config.cgroup == "off":
+            return None
+        try:
+            return LeaseCgroup.create(self.config.memory_mb * _MIB, self.config.max_processes)
+        except OSError as error:
+            if self.config.cgroup == "required":
+                self.close()
+                raise InfraError(InfraSource.SANDBOX, f"sandbox.cgroup='required' but {error}") from error
+            if not _warned_no_cgroup:
+                _warned_no_cgroup = True
+                log.warning("no per-lease cgroup (%s): fork bombs and total memory are not contained", error)
+            return None
 
     def _copy_workspace(self) -> None:
         shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True)

@@ -148,3 +148,130 @@ def test_bwrap_writes_outside_the_workspace_fail(make_sandbox, task_by_id):
     # /tmp is private: writable inside, invisible on the host.
     assert box.exec(f"echo x > /tmp/{name} && cat /tmp/{name}").output == "x\n"
     assert not os.path.exists(f"/tmp/{name}")
+
+
+# ---- lease cgroups, output flood, cross-lease isolation ----------------------------------
+
+import logging
+import resource
+import tempfile
+import tracemalloc
+
+from envs import local_sandbox as local_sandbox_module
+from envs.cgroups import LeaseCgroup, cgroups_unavailable_reason
+
+_NO_CGROUP = cgroups_unavailable_reason()
+# Never run a fork bomb without a pids cgroup around it: as root RLIMIT_NPROC is not enforced.
+needs_cgroup = pytest.mark.skipif(_NO_CGROUP is not None, reason=f"{_NO_CGROUP} (not root or no cgroup fs)")
+
+
+@needs_cgroup
+def test_fork_bomb_is_contained_by_the_lease_cgroup(make_sandbox, isolation, task_by_id):
+    box = make_sandbox(isolation=isolation, max_processes=64, cgroup="required")
+    box.start(task_by_id["textkit-001"])
+    assert box.cgroup.read("pids.max") == "64"
+    started = time.monotonic()
+    # The bomb forks in the background for 2 s, then the command's shell exits.
+    result = box.exec(":(){ :|:& };:; sleep 2; echo SURVIVED", timeout_s=10)
+    assert time.monotonic() - started < 20 and "SURVIVED" in result.output
+    # The limit was hit (forks were refused) and nothing of the bomb survives the command.
+    assert int(box.cgroup.read("pids.events").split()[-1]) > 0
+    assert box.cgroup.pids() == []
+    assert box.exec("echo alive").output == "alive\n"
+
+
+@needs_cgroup
+def test_lease_cgroup_bounds_memory_of_all_processes_together(make_sandbox, task_by_id):
+    # Each hog stays under the per-process RLIMIT_AS; only the lease cgroup sees both.
+    box = make_sandbox(isolation="none", memory_mb=300, cgroup="required")
+    box.start(task_by_id["textkit-001"])
+    assert int(box.cgroup.read("memory.limit_in_bytes" if box.cgroup.version == 1 else "memory.max")) <= 300 * 2**20
+    hog = "python -c \"import time; a = b'x' * 200_000_000; time.sleep(3)\""
+    result = box.exec(f"{hog} & p=$!; {hog}; echo B=$?; wait $p; echo A=$?", timeout_s=30)
+    assert "=137" in result.output, result.output
+
+
+@needs_cgroup
+def test_commands_run_inside_the_lease_cgroup_and_close_removes_it(make_sandbox, task_by_id):
+    box = make_sandbox(isolation="none", cgroup="required")
+    box.start(task_by_id["textkit-001"])
+    cgroup_dirs = list(box.cgroup.dirs.values())
+    name = cgroup_dirs[0].name
+    assert name in box.exec("cat /proc/self/cgroup").output
+    box.close()
+    assert not any(path.exists() for path in cgroup_dirs)
+
+
+@needs_cgroup
+def test_timeout_kills_children_that_left_the_process_group(make_sandbox, isolation, task_by_id):
+    box = make_sandbox(isolation=isolation, cgroup="required")
+    box.start(task_by_id["textkit-001"])
+    seconds = f"{200 + time.time() % 1:.6f}"
+    result = box.exec(f"setsid sleep {seconds} & sleep {seconds}", timeout_s=1.0)
+    assert result.timed_out and result.exit_code == 124
+    time.sleep(0.2)
+    assert _processes_with(f"sleep\0{seconds}") == []
+    # A daemon left behind by a command that exited normally is ended too.
+    box.exec(f"setsid sleep {seconds} > /dev/null 2>&1 < /dev/null &")
+    assert _processes_with(f"sleep\0{seconds}") == []
+
+
+def test_without_cgroups_the_lease_degrades_with_a_warning(make_sandbox, task_by_id, monkeypatch, caplog):
+    def refuse(*args, **kwargs):
+        raise OSError("cgroup fs is read-only")
+
+    monkeypatch.setattr(LeaseCgroup, "create", classmethod(refuse))
+    monkeypatch.setattr(local_sandbox_module, "_warned_no_cgroup", False)
+    box = make_sandbox(isolation="none")
+    with caplog.at_level(logging.WARNING, logger="envs.local_sandbox"):
+        box.start(task_by_id["textkit-001"])
+    assert box.cgroup is None and box.exec("echo ok").output == "ok\n"
+    assert "no per-lease cgroup" in caplog.text and "read-only" in caplog.text
+    strict = make_sandbox(isolation="none", cgroup="required")
+    with pytest.raises(InfraError, match="cgroup='required'"):
+        strict.start(task_by_id["textkit-001"])
+
+
+def test_invalid_cgroup_mode_is_refused():
+    with pytest.raises(ValueError, match="required"):
+        LocalSandbox(SandboxConfig(cgroup="sometimes"))
+
+
+def test_one_gigabyte_flood_is_truncated_without_parent_memory_growth(make_sandbox, isolation, task_by_id):
+    box = make_sandbox(isolation=isolation)
+    box.start(task_by_id["textkit-001"])
+    maxrss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    try:
+        result = box.exec("head -c 1000000000 /dev/zero | tr '\\0' 'a'; echo; echo END", timeout_s=300)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    growth_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - maxrss_before_kib
+    print(f"1 GB flood ({isolation}): {result.duration_s:.1f}s, tracemalloc peak {peak_bytes / 2**20:.1f} MiB, "
+          f"ru_maxrss growth {growth_kib / 1024:.1f} MiB")
+    assert result.exit_code == 0 and result.output_truncated and not result.timed_out
+    assert len(result.output) < box.config.max_output_bytes + 1000 and result.output.endswith("END\n")
+    assert "999" in result.output  # the elision marker counts ~999 MB dropped
+    assert peak_bytes < 50 * 2**20 and growth_kib < 100 * 1024
+
+
+@needs_bwrap
+def test_a_lease_cannot_see_another_leases_files(task_by_id, tmp_path):
+    # A root outside /tmp, so that the private /tmp is not what hides the other lease.
+    root = tempfile.mkdtemp(prefix="swerve-test-", dir="/var/tmp" if os.access("/var/tmp", os.W_OK) else tmp_path)
+    first = LocalSandbox(SandboxConfig(isolation="bwrap", workdir_root=root))
+    second = LocalSandbox(SandboxConfig(isolation="bwrap", workdir_root=root))
+    try:
+        first.start(task_by_id["textkit-001"])
+        second.start(task_by_id["textkit-001"])
+        first.write_file("secret.txt", "first-lease-only")
+        assert first.exec("cat secret.txt").output == "first-lease-only"
+        for probe in (f"cat {first.workspace}/secret.txt", f"ls {first.workspace}", f"ls {root}"):
+            result = second.exec(probe)
+            assert result.exit_code != 0 and "first-lease-only" not in result.output
+        assert "secret.txt" not in second.exec("ls /workspace").output
+    finally:
+        first.close()
+        second.close()
+        shutil.rmtree(root, ignore_errors=True)

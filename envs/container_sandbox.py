@@ -1,0 +1,69 @@
+"""What the container backends (docker, e2b) share: paths, the workspace upload, the deadline.
+
+In a container the workspace is `sandbox.container_workdir`; at start it is filled (from the
+image, or by uploading task.workspace_dir) and copied to a pristine twin that `reset`
+restores. Commands run under coreutils `timeout`, which signals its whole process group,
+so a command's children die with it even when the client-side connection is gone.
+"""
+from __future__ import annotations
+
+import io
+import posixpath
+import shlex
+import tarfile
+
+from envs.process import TIMEOUT_EXIT_CODE
+
+# Seconds the client waits past the in-container deadline before it kills from outside.
+CLIENT_GRACE_S = 5.0
+# Seconds between TERM and KILL when the in-container deadline passes.
+KILL_AFTER_S = 1
+# What commands see besides the image's own environment; never anything of the host.
+CONTAINER_ENV = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def workspace_path(workdir: str, path: str) -> str:
+    """Absolute container path of a workspace-relative path; refuses anything leading outside."""
+    if posixpath.isabs(path) or not path:
+        raise ValueError(f"path {path!r} must be relative to the workspace")
+    normal = posixpath.normpath(path)
+    if normal == ".." or normal.startswith("../"):
+        raise ValueError(f"path {path!r} escapes the workspace")
+    return posixpath.join(workdir, normal)
+
+
+def pristine_path(workdir: str) -> str:
+    return workdir.rstrip("/") + ".swerve-pristine"
+
+
+def workspace_tarball(workspace_dir: str) -> bytes:
+    """task.workspace_dir as a gzipped tar (modes and symlinks kept), members relative to it."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(workspace_dir, arcname=".")
+    return buffer.getvalue()
+
+
+def fill_and_snapshot_script(workdir: str, tarball: str | None) -> str:
+    """Shell run as root at start: unpack the upload (if any), then keep a pristine copy."""
+    wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
+    steps = [f"mkdir -p {wd}"]
+    if tarball is not None:
+        steps.append(f"tar -xzf {shlex.quote(tarball)} -C {wd} && rm -f {shlex.quote(tarball)}")
+    steps.append(f"rm -rf {pristine} && cp -a {wd} {pristine}")
+    return " && ".join(steps)
+
+
+def restore_script(workdir: str) -> str:
+    wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
+    return f"rm -rf {wd} && cp -a {pristine} {wd}"
+
+
+def with_deadline(command: str, timeout_s: float) -> str:
+    """`command` under coreutils timeout (TERM, then KILL), exit code 124 when it fires."""
+    return f"timeout -k {KILL_AFTER_S} {timeout_s:.3f} bash -c {shlex.quote(command)}"
+
+
+def deadline_fired(exit_code: int, duration_s: float, timeout_s: float) -> bool:
+    """Whether a wrapped command ended because of its deadline (124, or 137 after -k)."""
+    return exit_code in (TIMEOUT_EXIT_CODE, 128 + 9) and duration_s >= timeout_s * 0.95

@@ -1,0 +1,241 @@
+"""Docker backend: one container per lease, driven through the docker CLI.
+
+`docker run -d --network none --memory M --memory-swap M --pids-limit N --user U image
+sleep infinity` holds the lease; commands are `docker exec` under an in-container deadline
+(coreutils timeout kills the command's process group) and a client deadline behind it (the
+CLI is killed, then every process but the container's init); files go through `docker cp`
+as tar streams; `docker rm -f` ends the lease. Containers carry labels naming their owner
+process, so those of a dead owner on this host are removed by the next lease made here.
+"""
+from __future__ import annotations
+
+import atexit
+import io
+import logging
+import os
+import posixpath
+import shlex
+import shutil
+import socket
+import subprocess
+import tarfile
+import threading
+import time
+import uuid
+import weakref
+from typing import List, Optional
+
+from configs.schema import SandboxConfig
+from envs.container_sandbox import CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, pristine_path, restore_script, workspace_path
+from envs.outcomes import InfraError, InfraSource
+from envs.process import TIMEOUT_EXIT_CODE, run_process
+from envs.sandbox import ExecResult
+from envs.tasks import Task
+
+log = logging.getLogger(__name__)
+
+OWNER_LABEL = "swerve.owner"
+HOST_LABEL = "swerve.host"
+# Seconds a docker CLI call that is not a user command may take.
+_CLI_TIMEOUT_S = 120.0
+_LIVE: "weakref.WeakSet[DockerSandbox]" = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+_swept = False
+
+
+def _close_live_containers() -> None:
+    """At interpreter exit: a lease dies with its owner."""
+    with _LIVE_LOCK:
+        boxes = list(_LIVE)
+    for box in boxes:
+        box.close()
+
+
+atexit.register(_close_live_containers)
+
+
+def _cli_env() -> dict:
+    """What the docker CLI needs of the host environment (never passed into containers)."""
+    keep = ("PATH", "HOME", "XDG_RUNTIME_DIR")
+    return {k: v for k, v in os.environ.items() if k in keep or k.startswith("DOCKER_")}
+
+
+def docker_engine_reason() -> Optional[str]:
+    """None when a Docker engine answers, else why not (for skips and errors)."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return "docker: the docker CLI is not installed"
+    try:
+        done = subprocess.run([docker, "info"], capture_output=True, env=_cli_env(), timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"docker: no Docker engine running ({error})"
+    if done.returncode != 0:
+        return "docker: no Docker engine running"
+    return None
+
+
+class DockerSandbox:
+    def __init__(self, config: SandboxConfig):
+        self.config = config
+        self.workdir = config.container_workdir
+        self._docker = shutil.which("docker")
+        if self._docker is None:
+            raise InfraError(InfraSource.SANDBOX, "sandbox.backend='docker' but the docker CLI is not installed")
+        self.container: Optional[str] = None
+        self._task: Optional[Task] = None
+        self.last_start_s: float = 0.0
+
+    def run_argv(self, image: str, name: str) -> List[str]:
+        memory = f"{self.config.memory_mb}m"
+        argv = [self._docker, "run", "-d", "--name", name, "--network", "none", "--memory", memory,
+                "--memory-swap", memory, "--pids-limit", str(self.config.max_processes), "--init",
+                "--security-opt", "no-new-privileges", "--label", f"{OWNER_LABEL}={os.getpid()}",
+                "--label", f"{HOST_LABEL}={socket.gethostname()}"]
+        if self.config.docker_user:
+            argv += ["--user", self.config.docker_user]
+        return argv + ["--entrypoint", "sleep", image, "infinity"]
+
+    def start(self, task: Task) -> None:
+        started_s = time.monotonic()
+        self.close()
+        self._sweep_dead_owners()
+        image = task.image or self.config.docker_image
+        name = f"swerve-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        created = self._cli(self.run_argv(image, name), f"start a container from {image!r}")
+        self.container = created.strip().splitlines()[-1] if created.strip() else name
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        self._task = task
+        try:
+            self._fill_workspace()
+            probe = self.exec("true")
+            if probe.exit_code != 0:
+                raise InfraError(InfraSource.SANDBOX, f"docker: sandbox probe failed ({probe.exit_code}): {probe.output[-2000:]}")
+        except BaseException:
+            self.close()
+            raise
+        self.last_start_s = time.monotonic() - started_s
+
+    def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
+        container = self._lease()
+        if timeout_s is None:
+            timeout_s = self.config.command_timeout_s
+        argv = [self._docker, "exec", "-w", self.workdir]
+        for key, value in CONTAINER_ENV.items():
+            argv += ["-e", f"{key}={value}"]
+        argv += [container, "timeout", "-k", "1", f"{timeout_s:.3f}", "bash", "-c", command]
+        try:
+            result = run_process(argv, _cli_env(), "/", timeout_s + CLIENT_GRACE_S, self.config.max_output_bytes)
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"docker: cannot run docker exec: {error}") from error
+        if result.timed_out:
+            # The CLI was killed; what it started inside still runs: end all but the init.
+            self._cli([self._docker, "exec", "-u", "0", container, "kill", "-9", "-1"], "kill timed-out commands", check=False)
+        elif deadline_fired(result.exit_code, result.duration_s, timeout_s):
+            result.timed_out, result.exit_code = True, TIMEOUT_EXIT_CODE
+        return result
+
+    def read_file(self, path: str) -> str:
+        target = workspace_path(self.workdir, path)
+        data = self._cli_bytes([self._docker, "cp", f"{self._lease()}:{target}", "-"], f"read {path!r}")
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member is not None else None
+            if handle is None:
+                raise ValueError(f"{path!r} is not a regular file in the workspace")
+            return handle.read().decode("utf-8", errors="replace")
+
+    def write_file(self, path: str, content: str) -> None:
+        target = workspace_path(self.workdir, path)
+        parent, name = posixpath.split(target)
+        self._cli([self._docker, "exec", self._lease(), "mkdir", "-p", parent], f"create the folder of {path!r}")
+        data = content.encode("utf-8")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            uid, _, gid = (self.config.docker_user or "0:0").partition(":")
+            if uid.isdigit():
+                info.uid = int(uid)
+                info.gid = int(gid) if gid.isdigit() else int(uid)
+            tar.addfile(info, io.BytesIO(data))
+        self._cli([self._docker, "cp", "-", f"{self._lease()}:{parent}"], f"write {path!r}", stdin=buffer.getvalue())
+
+    def reset(self) -> None:
+        self._root_sh(restore_script(self.workdir), "reset the workspace")
+
+    def close(self) -> None:
+        container, self.container = self.container, None
+        self._task = None
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if container is not None:
+            self._cli([self._docker, "rm", "-f", container], "remove the container", check=False)
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _lease(self) -> str:
+        if self.container is None:
+            raise InfraError(InfraSource.SANDBOX, "no open lease: call start(task) first")
+        return self.container
+
+    def _fill_workspace(self) -> None:
+        container = self._lease()
+        workdir, pristine = shlex.quote(self.workdir), shlex.quote(pristine_path(self.workdir))
+        self._root_sh(f"mkdir -p {workdir}", "create the workspace")
+        if not self._task.image and self._task.workspace_dir:
+            source = os.path.join(self._task.workspace_dir, ".")
+            self._cli([self._docker, "cp", source, f"{container}:{self.workdir}"], "upload the workspace")
+        steps = []
+        if self.config.docker_user:
+            steps.append(f"chown -R {shlex.quote(self.config.docker_user)} {workdir}")
+        steps.append(f"rm -rf {pristine} && cp -a {workdir} {pristine}")
+        self._root_sh(" && ".join(steps), "snapshot the workspace")
+
+    def _root_sh(self, script: str, what: str) -> None:
+        self._cli([self._docker, "exec", "-u", "0", self._lease(), "sh", "-c", script], what)
+
+    def _cli(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None) -> str:
+        return self._cli_bytes(argv, what, check, stdin).decode("utf-8", errors="replace")
+
+    def _cli_bytes(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None) -> bytes:
+        try:
+            done = subprocess.run(argv, input=stdin, capture_output=True, env=_cli_env(), timeout=_CLI_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            if not check:
+                log.warning("docker: cannot %s: %s", what, error)
+                return b""
+            raise InfraError(InfraSource.SANDBOX, f"docker: cannot {what}: {error}") from error
+        if done.returncode != 0:
+            message = done.stderr.decode("utf-8", errors="replace").strip()[-2000:]
+            if not check:
+                log.warning("docker: cannot %s: %s", what, message)
+                return done.stdout
+            raise InfraError(InfraSource.SANDBOX, f"docker: cannot {what}: {message}")
+        return done.stdout
+
+    def _sweep_dead_owners(self) -> None:
+        """Once per process: remove this host's lease containers whose owner process is gone."""
+        global _swept
+        if _swept:
+            return
+        _swept = True
+        listing = self._cli(
+            [self._docker, "ps", "-a", "--filter", f"label={HOST_LABEL}={socket.gethostname()}",
+             "--format", f'{{{{.ID}}}} {{{{.Label "{OWNER_LABEL}"}}}}'],
+            "list lease containers", check=False,
+        )
+        for line in listing.splitlines():
+            cid, _, owner = line.partition(" ")
+            if owner.isdigit() and not _pid_alive(int(owner)):
+                self._cli([self._docker, "rm", "-f", cid], "remove a dead owner's container", check=False)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

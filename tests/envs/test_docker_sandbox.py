@@ -1,0 +1,181 @@
+"""The docker backend. With a Docker engine the lifecycle runs for real; without one those
+tests skip and a stand-in `docker` CLI (tests below) checks the argv and the lease logic."""
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from configs.schema import SandboxConfig
+from envs.docker_sandbox import DockerSandbox, docker_engine_reason
+from envs.outcomes import InfraError
+
+_NO_ENGINE = docker_engine_reason()
+needs_engine = pytest.mark.skipif(_NO_ENGINE is not None, reason=_NO_ENGINE or "")
+
+# A stand-in docker CLI: logs its argv, runs `exec` on this host in the -w folder, does
+# `cp` with tar streams. `kill -9 -1` is only logged (here it would hit the whole host).
+FAKE_DOCKER = textwrap.dedent('''
+    import io, json, os, shutil, subprocess, sys, tarfile
+    log = os.environ["DOCKER_FAKE_LOG"]
+    args = sys.argv[1:]
+    with open(log, "a") as handle:
+        handle.write(json.dumps(args) + "\\n")
+    cmd = args[0]
+    if cmd == "info":
+        sys.exit(1)
+    if cmd == "run":
+        print("fakecontainer01")
+    elif cmd == "exec":
+        i, cwd, env = 1, "/", dict(os.environ)
+        while args[i].startswith("-"):
+            if args[i] == "-w": cwd = args[i + 1]
+            if args[i] == "-e": env.update([args[i + 1].split("=", 1)])
+            i += 2
+        argv = args[i + 1:]
+        if argv[:3] == ["kill", "-9", "-1"]:
+            sys.exit(0)
+        sys.exit(subprocess.call(argv, cwd=cwd if os.path.isdir(cwd) else "/", env=env))
+    elif cmd == "cp":
+        src, dst = args[1], args[2]
+        if src == "-":
+            with tarfile.open(fileobj=io.BytesIO(sys.stdin.buffer.read())) as tar:
+                tar.extractall(dst.split(":", 1)[1])
+        elif dst == "-":
+            path = src.split(":", 1)[1]
+            if not os.path.exists(path):
+                sys.stderr.write("Error: No such container:path\\n"); sys.exit(1)
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w") as tar:
+                tar.add(path, arcname=os.path.basename(path))
+            sys.stdout.buffer.write(buffer.getvalue())
+        else:
+            shutil.copytree(src, dst.split(":", 1)[1], symlinks=True, dirs_exist_ok=True)
+''')
+
+
+@pytest.fixture
+def fake_docker(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "docker"
+    script.write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
+    script.chmod(0o755)
+    log = tmp_path / "docker.log"
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("DOCKER_FAKE_LOG", str(log))
+
+    def calls():
+        import json
+
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return calls
+
+
+@pytest.fixture
+def make_box(tmp_path):
+    made = []
+
+    def make(**overrides):
+        fields = {"container_workdir": str(tmp_path / "ctr" / "workspace"), **overrides}
+        box = DockerSandbox(SandboxConfig(**fields))
+        made.append(box)
+        return box
+
+    yield make
+    for box in made:
+        box.close()
+
+
+def test_container_is_started_locked_down_and_removed(fake_docker, make_box, task_by_id):
+    box = make_box(memory_mb=512, max_processes=128, docker_image="python:3.11-slim")
+    box.start(task_by_id["textkit-001"])
+    run = next(call for call in fake_docker() if call[0] == "run")
+    joined = " ".join(run)
+    for flag in ("--network none", "--memory 512m", "--memory-swap 512m", "--pids-limit 128",
+                 "--user 1000:1000", "--entrypoint sleep python:3.11-slim infinity", "-d"):
+        assert flag in joined
+    assert box.container == "fakecontainer01" and box.last_start_s > 0
+    result = box.exec("ls; echo err >&2; exit 3")
+    assert result.exit_code == 3 and "textkit" in result.output and "err" in result.output
+    execs = [call for call in fake_docker() if call[0] == "exec" and "bash" in call]
+    assert execs[-1][-3:] == ["bash", "-c", "ls; echo err >&2; exit 3"] and "timeout" in execs[-1]
+    assert not any("E2B_API_KEY" in " ".join(call) for call in fake_docker())
+    box.close()
+    assert fake_docker()[-1] == ["rm", "-f", "fakecontainer01"]
+    with pytest.raises(InfraError, match="no open lease"):
+        box.exec("true")
+
+
+def test_task_image_is_used_and_nothing_uploaded(fake_docker, make_box, task_by_id):
+    task = task_by_id["textkit-001"]
+    image_task = task.__class__(**{**task.__dict__, "image": "swebench/sweb.eval.x86_64.demo:latest"})
+    make_box().start(image_task)
+    calls = fake_docker()
+    assert "swebench/sweb.eval.x86_64.demo:latest" in next(c for c in calls if c[0] == "run")
+    assert not any(c[0] == "cp" for c in calls)
+
+
+def test_files_reset_and_path_checks(fake_docker, make_box, task_by_id):
+    box = make_box()
+    box.start(task_by_id["textkit-001"])
+    box.write_file("notes/a.txt", "hello\nwörld")
+    assert box.read_file("notes/a.txt") == "hello\nwörld"
+    assert ["cp", "-", f"fakecontainer01:{box.workdir}/notes"] in fake_docker()
+    original = box.read_file("textkit/case.py")
+    box.exec("echo broken > textkit/case.py")
+    box.reset()
+    assert box.read_file("textkit/case.py") == original and "notes" not in box.exec("ls").output
+    for path in ("../x", "/etc/passwd", "a/../../x"):
+        with pytest.raises(ValueError, match="workspace"):
+            box.read_file(path)
+    with pytest.raises(InfraError, match="read 'missing.txt'"):
+        box.read_file("missing.txt")
+
+
+def test_in_container_deadline_kills_the_command_group(fake_docker, make_box, task_by_id):
+    box = make_box()
+    box.start(task_by_id["textkit-001"])
+    seconds = f"{400 + time.time() % 1:.6f}"
+    started = time.monotonic()
+    result = box.exec(f"sleep {seconds} & sleep {seconds}", timeout_s=1.0)
+    assert time.monotonic() - started < 8 and result.timed_out and result.exit_code == 124
+    time.sleep(0.3)
+    assert subprocess.run(["pgrep", "-f", f"sleep {seconds}"], capture_output=True).stdout == b""
+
+
+def test_missing_cli_is_an_infra_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(InfraError, match="docker CLI"):
+        DockerSandbox(SandboxConfig())
+
+
+# ---- with a real Docker engine -----------------------------------------------------------
+
+
+@needs_engine
+def test_real_container_lifecycle(make_box, task_by_id):
+    box = make_box(docker_image="python:3.11-slim", memory_mb=512, max_processes=64)
+    box.start(task_by_id["textkit-001"])
+    assert box.exec("id -u").output.strip() == "1000"
+    assert box.exec("pwd").output.strip() == box.workdir
+    assert box.exec("exit 7").exit_code == 7
+    net = box.exec("python -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"")
+    assert net.exit_code != 0
+    assert box.exec("echo x > /etc/x").exit_code != 0
+    box.write_file("a.txt", "hi")
+    assert box.exec("cat a.txt").output == "hi"
+    timed = box.exec("sleep 100 & sleep 100", timeout_s=1)
+    assert timed.timed_out and timed.exit_code == 124
+    bomb = box.exec(":(){ :|:& };:; sleep 2; echo SURVIVED", timeout_s=10)
+    assert "SURVIVED" in bomb.output
+    box.reset()
+    assert "a.txt" not in box.exec("ls").output
+    container = box.container
+    box.close()
+    listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"id={container}"], capture_output=True, text=True)
+    assert listed.stdout.strip() == ""
