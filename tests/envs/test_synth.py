@@ -336,3 +336,19 @@ def test_synthesize_real_third_party_repo(tmp_path):
         assert len(row["PASS_TO_PASS"]) == 20  # capped
         check_row(row, tmp_path)
     print(f"referencing: {len(rows)} tasks from {stats['tried']} tries in {elapsed:.1f}s")
+
+
+def test_synthesized_third_party_tasks_pass_the_sanity_gate(tmp_path, monkeypatch):
+    """synth -> rows on disk -> loaded back by the SWE-smith loader -> validated in real sandboxes."""
+    from actors.cli import main
+
+    repo = _referencing_copy(tmp_path)
+    if repo is None:
+        pytest.skip("referencing (with its tests) is not installed")
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
+    rows = tmp_path / "rows.jsonl"
+    assert main(["tasks", "synth", "--repo", str(repo), "--out", str(rows), "-n", "2", "--quiet"]) == 0
+    quarantine = tmp_path / "quarantine.json"
+    code = main(["tasks", "validate", "--source", str(rows), f"tasks.quarantine_file={quarantine}"])
+    assert code == 0
+    assert json.loads(quarantine.read_text())["tasks"] == {}
