@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional, Sequence
 
 from actors.batch_stats import batch_stats
@@ -56,9 +56,12 @@ class SampleCollector:
         self.quarantined_tasks: dict[str, str] = {}
         self._groups: dict[int, _Group] = {}
         self._pending: deque[WorkItem] = deque()
+        self._in_flight: dict[tuple[int, int, int], WorkItem] = {}
+        self._trained_keys: set[tuple[int, int, int]] = set()
         self._finished_since_batch: list[Trajectory] = []
         self._stopped = False
         self._last_batch_s = time.monotonic()
+        self.readmitted = 0
 
     # -- admission ---------------------------------------------------------------------
     def _capacity_groups(self) -> int:
@@ -100,10 +103,15 @@ class SampleCollector:
         item = self._pending.popleft()
         self.counts["admitted"] += 1
         self.counts["in_flight"] += 1
+        self._in_flight[(item.group_id, item.member, item.attempt)] = item
         return item
 
     # -- results ----------------------------------------------------------------------
     def submit(self, traj: Trajectory) -> None:
+        key = (traj.group_id, traj.member, traj.attempt)
+        if self._in_flight.pop(key, None) is None:
+            # A result from before a restart (re-admitted since) or a duplicate: never counted twice.
+            raise AccountingError(f"trajectory {key} was not in flight")
         self.counts["in_flight"] -= 1
         self._finished_since_batch.append(traj)
         group = self._groups.get(traj.group_id)
@@ -155,6 +163,10 @@ class SampleCollector:
             self.counts["dropped_stale"] += len(group.members) - len(fresh)
             self.counts["trained"] += len(fresh)
             for traj, advantage in zip(fresh, self._advantages(fresh)):
+                key = (traj.group_id, traj.member, traj.attempt)
+                if key in self._trained_keys:
+                    raise AccountingError(f"trajectory {key} would be trained twice")
+                self._trained_keys.add(key)
                 samples.append(TrainSample(traj.token_ids, traj.loss_mask, traj.logprobs, advantage))
                 kept.append(traj)
         finished, self._finished_since_batch = self._finished_since_batch, []
@@ -174,6 +186,51 @@ class SampleCollector:
             std = (sum(a * a for a in advantages) / (len(rewards) - 1)) ** 0.5
             advantages = [a / (std + 1e-6) for a in advantages]
         return advantages
+
+    # -- restarts ---------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Everything needed to continue after a restart; tasks are stored by id."""
+        def item(w: WorkItem) -> dict:
+            return {**asdict(replace(w, task=None)), "task": None}
+
+        return {
+            "version": self.version, "counts": dict(self.counts), "groups_admitted": self.groups_admitted,
+            "quarantined_tasks": dict(self.quarantined_tasks), "rng": self._rng.getstate(),
+            "order": list(self._order), "cursor": self._cursor, "readmitted": self.readmitted,
+            "groups": [{"group_id": g.group_id, "task_id": g.task_id, "admitted_version": g.admitted_version,
+                        "size": g.size, "dead": g.dead, "members": dict(g.members)} for g in self._groups.values()],
+            "pending": [item(w) for w in self._pending],
+            "in_flight": [item(w) for w in self._in_flight.values()],
+            "trained_keys": sorted(self._trained_keys),
+        }
+
+    def restore(self, state: dict) -> int:
+        """Continue from a snapshot; work that was in flight is admitted again. Returns how much."""
+        by_id = dict(zip(self._task_ids, self._tasks))
+        missing = {g["task_id"] for g in state["groups"]} - set(by_id)
+        if missing:
+            raise ValueError(f"the checkpoint refers to tasks not in this task set: {sorted(missing)[:5]}")
+        self.version, self.groups_admitted = state["version"], state["groups_admitted"]
+        self.counts = dict(state["counts"])
+        self.quarantined_tasks = dict(state["quarantined_tasks"])
+        self._rng.setstate(state["rng"])
+        self._order, self._cursor = list(state["order"]), state["cursor"]
+        self._trained_keys = {tuple(k) for k in state["trained_keys"]}
+        self._groups = {}
+        for g in state["groups"]:
+            group = _Group(g["group_id"], by_id[g["task_id"]], g["task_id"], g["admitted_version"], g["size"],
+                           dict(g["members"]), g["dead"])
+            self._groups[group.group_id] = group
+        lost = [WorkItem(**{**w, "task": by_id[w["task_id"]]}) for w in state["in_flight"]]
+        pending = [WorkItem(**{**w, "task": by_id[w["task_id"]]}) for w in state["pending"]]
+        # In-flight work died with the old processes: it leaves the books and is admitted again.
+        self.counts["admitted"] -= len(lost)
+        self.counts["in_flight"] -= len(lost)
+        self._pending = deque(lost + pending)
+        self._in_flight = {}
+        self.readmitted = state["readmitted"] + len(lost)
+        self.accounting()
+        return len(lost)
 
     # -- control ----------------------------------------------------------------------
     def set_version(self, version: int) -> None:
@@ -195,6 +252,7 @@ class SampleCollector:
             **c,
             "identity_holds": True,
             "tasks_exhausted": len(self.quarantined_tasks) == len(set(self._task_ids)),
+            "readmitted_after_restart": self.readmitted,
             "version": self.version,
             "groups_admitted": self.groups_admitted,
             "quarantined_tasks": dict(self.quarantined_tasks),

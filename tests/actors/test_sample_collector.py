@@ -122,3 +122,38 @@ def test_all_tasks_quarantined_is_reported():
     c.submit(finish(item, outcome="infra_error", infra_source="sandbox"))
     assert c.acquire() is None
     assert c.accounting()["tasks_exhausted"] is True
+
+
+def test_snapshot_restore_readmits_in_flight_and_trains_nothing_twice():
+    import pickle
+
+    c = make()
+    items = drain(c)
+    for item in items[:4]:
+        c.submit(finish(item, reward=float(item.member)))
+    first = c.next_batch(1.0)
+    c.set_version(1)
+    c.submit(finish(items[4]))  # buffered, its group incomplete
+    state = pickle.loads(pickle.dumps(c.snapshot()))  # what a checkpoint stores
+
+    tasks = [f"task-{i}" for i in range(5)]
+    resumed = SampleCollector(c.cfg, tasks, tasks, seed=99)
+    assert resumed.restore(state) == 3  # items 5, 6, 7 were in flight
+    acc = resumed.accounting()
+    assert acc["trained"] == 4 and acc["buffered"] == 1 and acc["in_flight"] == 0
+    again = drain(resumed)
+    assert [(w.group_id, w.member) for w in again[:3]] == [(i.group_id, i.member) for i in items[5:8]]
+    for item in again:
+        resumed.submit(finish(item, version=1))
+    batch = resumed.next_batch(1.0)
+    trained = {(t.group_id, t.member) for t in first.trajectories} | {(t.group_id, t.member) for t in batch.trajectories}
+    assert len(trained) == len(first.trajectories) + len(batch.trajectories)
+    assert resumed.accounting()["identity_holds"]
+
+
+def test_result_from_before_a_restart_is_refused():
+    c = make()
+    item = c.acquire()
+    c.submit(finish(item))
+    with pytest.raises(AccountingError, match="not in flight"):
+        c.submit(finish(item))
