@@ -42,6 +42,7 @@ def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int
         "infra_error_by_source": by_source,
         "staleness_mean": statistics.fmean(staleness) if staleness else None,
         "staleness_max": max(staleness) if staleness else None,
+        "staleness_hist": {str(k): staleness.count(k) for k in sorted(set(staleness))},
         "tail_fraction": tail_fraction(kept),
         "turns_mean": statistics.fmean(t.turns for t in kept) if kept else None,
         "tokens_mean": statistics.fmean(t.num_generated for t in kept) if kept else None,

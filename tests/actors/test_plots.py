@@ -1,0 +1,15 @@
+from actors.plots import write_plots
+
+
+def test_four_pngs_from_metrics_rows(tmp_path):
+    rows = [
+        {"step": s, "resolved_rate": 0.1 * s, "reward_mean": 0.05 * s, "step_time_s": 2.0,
+         "time_rollout_wait_s": 0.5, "time_logprob_s": 0.2, "time_actor_update_s": 1.0, "time_weight_sync_s": None,
+         "staleness_hist": {"0": 3, "1": 5}, "truncated_rate": 0.5, "format_error_rate": 0.2, "infra_error_rate": 0.0}
+        for s in range(1, 4)
+    ]
+    paths = write_plots(rows, tmp_path)
+    assert sorted(p.name for p in paths) == ["outcomes.png", "reward.png", "staleness.png", "step_time.png"]
+    for path in paths:
+        data = path.read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 2000
