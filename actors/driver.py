@@ -27,6 +27,7 @@ def wait_for_batch(fleet: Fleet, cfg: Config) -> Batch:
         batch = ray.get(fleet.collector.next_batch.remote(cfg.rollout.temperature))
         if batch is not None:
             return batch
+        fleet.engine_set.maybe_replace_dead()  # a dead engine comes back with the current weights
         finished, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=0)
         if finished:
             ray.get(finished)  # an episode loop only ends early by crashing: surface its error
@@ -57,7 +58,7 @@ def train_on_batch(fleet: Fleet, batch: Batch) -> dict:
 
 def sync_weights(fleet: Fleet, version: int) -> list[int]:
     weights = ray.put(ray.get(fleet.trainers[0].state_dict.remote()))
-    return ray.get([e.update_weights.remote(weights, version) for e in fleet.engines])
+    return fleet.engine_set.sync(weights, version)
 
 
 def train(cfg: Config) -> Path:
@@ -83,12 +84,15 @@ def train(cfg: Config) -> Path:
             time_weight_sync_s = time.perf_counter() - t_sync
             ray.get(fleet.collector.set_version.remote(version))
             accounting = ray.get(fleet.collector.accounting.remote())  # raises if the identity breaks
-            engine_stats = ray.get([e.stats.remote(True) for e in fleet.engines])
+            engine_stats = fleet.engine_set.stats(reset_peak=True)
             metrics = {
                 "step": step, "policy_version": version, "step_time_s": time.perf_counter() - t_step,
                 "time_rollout_wait_s": time_rollout_wait_s, "time_weight_sync_s": time_weight_sync_s,
                 **update, **batch.stats, "engine_versions": engine_versions,
                 "engine_kv_usage_max": max(s["kv_usage_peak"] for s in engine_stats),
+                "engine_tokens_per_s": sum(s["tokens_per_s"] for s in engine_stats),
+                "engine_weight_update_s": max(s["weight_update_s"] for s in engine_stats),
+                "engine_restarts": fleet.engine_set.restarts,
                 **{k: accounting[k] for k in ("admitted", "in_flight", "buffered", "trained", "dropped_stale",
                                                "infra_excluded", "quarantined")},
             }

@@ -1,110 +1,475 @@
-"""EngineActor, CPU backend: batched, KV-cached generation in this process.
+"""EngineActor: owns one inference server process and is the only thing that talks to it.
 
-Requests from many episodes arrive concurrently (Ray runs this actor threaded); a worker
-thread gathers whatever is waiting into one decoding batch. Weight updates take the same
-lock as a decoding step, so they land between steps and every token carries the version
-of the weights that produced it.
+Backends: `cpu` runs our server (`python -m policies.server`), `sglang` runs a real SGLang
+server (GPU); both speak SGLang's native HTTP API through one `EngineClient`. Ray runs this
+actor threaded, so many `generate` calls wait on the server at once and it batches them.
+
+Weight updates never lose an in-flight request:
+- a server that tags every token with its weight version (ours) keeps in-flight requests
+  across pause(retract|in_place) -> update_weights_from_disk -> continue;
+- a server that does not (SGLang) is paused with mode "abort": each in-flight request comes
+  back with the tokens it has so far, waits for the update, and resumes from prompt + those
+  tokens with the remaining budget, so every segment's tokens carry the one version that
+  produced them.
 """
 from __future__ import annotations
 
-import contextlib
-import queue
+import atexit
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
-from concurrent.futures import Future
+import uuid
+from typing import Callable, Optional
 
-import torch
-
+from actors.engine_client import EngineClient, EngineHTTPError, EngineUnreachable, generate_body, parse_generate
 from configs.schema import EngineConfig
-from policies.model import load_model
-from policies.sampler import SampleOutput, SampleRequest, generate_batch
+from envs.outcomes import InfraError, InfraSource
+from policies.sampler import FINISH_LENGTH, SampleOutput, SampleRequest
+from policies.server import protocol
+
+log = logging.getLogger(__name__)
+
+FINISH_ABORT = protocol.FINISH_ABORT
+LOG_TAIL_CHARS = 4000
+STATS_INTERVAL_S = 0.5
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def weights_root(cfg: EngineConfig) -> str:
+    if cfg.weights_dir:
+        return os.path.expanduser(cfg.weights_dir)
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
+    if cfg.backend == "cpu":
+        cmd = [sys.executable, "-m", "policies.server", "--model-path", model_path,
+               "--host", "127.0.0.1", "--port", str(port),
+               "--context-length", str(cfg.max_context_tokens),
+               "--max-running-requests", str(cfg.max_batch_size),
+               "--torch-threads", str(cfg.torch_threads),
+               "--weight-version", "0"]
+    elif cfg.backend == "sglang":
+        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
+               "--context-length", str(cfg.max_context_tokens),
+               "--mem-fraction-static", str(cfg.mem_fraction), "--tp-size", str(cfg.tp_size),
+               "--host", "127.0.0.1", "--port", str(port), "--weight-version", "0"]
+    else:
+        raise ValueError(f"engine.backend '{cfg.backend}' has no server; allowed: cpu, sglang")
+    return cmd + list(cfg.server_args)
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the server gets SIGKILL when the thread that started it exits (the actor dies)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class ServerProcess:
+    """One server process in its own process group, started from a thread that lives as long
+    as this process (so PDEATHSIG fires exactly when the actor's process dies)."""
+
+    def __init__(self, cmd: list[str], log_path: str, env: Optional[dict] = None):
+        self.cmd, self.log_path = cmd, log_path
+        self.proc: Optional[subprocess.Popen] = None
+        started = threading.Event()
+        errors: list[BaseException] = []
+
+        def own() -> None:
+            try:
+                with open(log_path, "ab") as out:
+                    self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 start_new_session=True, preexec_fn=_die_with_parent, env=env)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the constructor
+                errors.append(err)
+                started.set()
+                return
+            started.set()
+            self.proc.wait()
+
+        self._owner = threading.Thread(target=own, name="engine-server-owner", daemon=True)
+        self._owner.start()
+        started.wait()
+        if errors:
+            raise errors[0]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - chars))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return "(no server log)"
+
+    def kill(self, grace_s: float = 5.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
 
 class EngineActor:
-    def __init__(self, index: int, cfg: EngineConfig, model_path: str):
-        torch.set_num_threads(cfg.torch_threads)
-        self.index = index
-        self.cfg = cfg
-        self.model = load_model(model_path)
+    def __init__(self, index: int, cfg: EngineConfig, model_path: str, wait_for_weights: bool = False,
+                 exit_on_server_death: bool = False):
+        """wait_for_weights: serve nothing until the first `update_weights` (a replacement engine
+        must not serve the checkpoint's weights once training has moved on).
+        exit_on_server_death: end this process when the server dies, so Ray reports the actor
+        dead and the driver replaces it (set for Ray actors, never in-process)."""
+        self.index, self.cfg, self.model_path = index, cfg, model_path
         self._version = 0
+        self._ready = threading.Event()
+        if not wait_for_weights:
+            self._ready.set()
         self._lock = threading.Lock()
-        self._queue: "queue.Queue[tuple[SampleRequest, Future]]" = queue.Queue()
-        self._running = 0
-        self._kv_tokens = 0
-        self._kv_peak_tokens = 0
+        self._update_lock = threading.Lock()
+        # Abort-mode updates (servers without per-token versions): the gate closes, every
+        # request at the server comes back, weights change, the gate opens; each segment sent
+        # to the server thus runs under one version, recorded when it is sent.
+        self._cv = threading.Condition(self._lock)
+        self._gate_open = True
+        self._epoch = 0  # abort-mode updates started so far
+        self._sending: set[str] = set()  # rids with a /generate call under way
+        self._closing = False
+        self._inflight: dict[str, int] = {}  # rid -> reserved KV tokens
+        self._user_aborted: set[str] = set()
+        self._queued = 0
         self._served = 0
-        self._worker = threading.Thread(target=self._serve, name=f"engine-{index}", daemon=True)
-        self._worker.start()
+        self._kv_peak_tokens = 0
+        self._tokens = 0
+        self._window_start = time.monotonic()
+        self.last_update: dict = {}
+        self._exit_on_server_death = exit_on_server_death
+        self._server_kv: Optional[float] = None  # the server's own KV-pool use, when it reports one
+        self._server_kv_peak = 0.0
+        self.token_versions = False
+        self.workdir = tempfile.mkdtemp(prefix=f"swerve-engine-{index}-", dir=weights_root(cfg))
+        self.port = free_port()
+        self.client = EngineClient(f"http://127.0.0.1:{self.port}", cfg.request_timeout_s)
+        self.server = ServerProcess(server_command(cfg, model_path, self.port), os.path.join(self.workdir, "server.log"),
+                                    env={**os.environ, "OMP_NUM_THREADS": str(cfg.torch_threads)})
+        atexit.register(self.close)
+        try:
+            self._wait_healthy()
+            self.token_versions = self._probe_token_versions()
+        except BaseException:
+            self.close()
+            raise
+        threading.Thread(target=self._watch_server, name=f"engine-{index}-watch", daemon=True).start()
+
+    # -- lifecycle --------------------------------------------------------------------
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        while time.monotonic() < deadline:
+            if not self.server.alive():
+                raise RuntimeError(f"engine {self.index}: {self.cfg.backend} server exited with code "
+                                   f"{self.server.proc.returncode}; command: {' '.join(self.server.cmd)}\n"
+                                   f"--- server log tail ---\n{self.server.log_tail()}")
+            if self.client.health(timeout_s=5.0):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"engine {self.index}: {self.cfg.backend} server not healthy after "
+                           f"{self.cfg.startup_timeout_s:.0f}s (engine.startup_timeout_s); command: "
+                           f"{' '.join(self.server.cmd)}\n--- server log tail ---\n{self.server.log_tail()}")
+
+    def _probe_token_versions(self) -> bool:
+        """Does this server tag each token with its weight version (our extension)?"""
+        answer = self.client.generate_raw(protocol.generate_request([0], max_new_tokens=1, temperature=0.0,
+                                                                    rid=f"probe-{uuid.uuid4().hex}"))
+        item = answer[0] if isinstance(answer, list) else answer
+        return protocol.token_weight_versions(item) is not None
+
+    def _watch_server(self) -> None:
+        """Sample the server's KV use (for the peak) and notice when the server dies."""
+        while not self._closing:
+            if not self.server.alive():
+                if self._closing:
+                    return
+                log.error("engine %d: server died (code %s)\n%s", self.index, self.server.proc.returncode,
+                          self.server.log_tail())
+                if self._exit_on_server_death:
+                    os._exit(1)  # Ray reports the actor dead; the driver replaces it
+                return
+            try:
+                usage = server_kv_usage(self.client.get(protocol.GET_SERVER_INFO, timeout_s=2.0))
+            except (EngineHTTPError, EngineUnreachable):
+                usage = None
+            if usage is not None:
+                with self._lock:
+                    self._server_kv = usage
+                    self._server_kv_peak = max(self._server_kv_peak, usage)
+            time.sleep(STATS_INTERVAL_S)
+
+    def close(self) -> None:
+        self._closing = True
+        self.server.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+    def ping(self) -> bool:
+        return self.server.alive()
 
     # -- requests ---------------------------------------------------------------------
     def generate(self, request: SampleRequest) -> SampleOutput:
         room = self.cfg.max_context_tokens - len(request.prompt_ids)
         if room <= 0:
             # The context cap is per request: one runaway conversation cannot grow the batch's KV.
-            return SampleOutput([], [], [], "length")
-        if request.max_new_tokens > room:
-            request = SampleRequest(request.prompt_ids, room, request.temperature, request.top_p,
-                                    request.stop_token_ids, request.seed)
-        done: Future = Future()
-        self._queue.put((request, done))
-        return done.result()
-
-    def _serve(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            deadline = time.monotonic() + self.cfg.batch_wait_s
-            while len(batch) < self.cfg.max_batch_size:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(self._queue.get(timeout=remaining))
-                except queue.Empty:
-                    break
-            requests = [r for r, _ in batch]
-            self._running = len(batch)
-            self._kv_tokens = sum(len(r.prompt_ids) + r.max_new_tokens for r in requests)
-            self._kv_peak_tokens = max(self._kv_peak_tokens, self._kv_tokens)
-            try:
-                outputs = generate_batch(self.model, requests, self._step_guard)
-            except Exception as err:  # noqa: BLE001 - handed to every waiting caller, not swallowed
-                for _, done in batch:
-                    done.set_exception(err)
-            else:
-                for (_, done), out in zip(batch, outputs):
-                    done.set_result(out)
-                self._served += len(batch)
-            finally:
-                self._running = 0
-                self._kv_tokens = 0
-
-    @contextlib.contextmanager
-    def _step_guard(self):
+            return SampleOutput([], [], [], FINISH_LENGTH)
+        budget = min(request.max_new_tokens, room)
+        if budget <= 0:
+            return SampleOutput([], [], [], FINISH_LENGTH)
         with self._lock:
-            yield self._version
+            self._queued += 1
+        try:
+            self._ready.wait()
+        finally:
+            with self._lock:
+                self._queued -= 1
+        rid = f"engine{self.index}-{uuid.uuid4().hex}"
+        out = SampleOutput([], [], [], FINISH_LENGTH)
+        with self._lock:
+            self._inflight[rid] = len(request.prompt_ids) + budget
+            self._kv_peak_tokens = max(self._kv_peak_tokens, sum(self._inflight.values()))
+        try:
+            while True:
+                with self._cv:
+                    while not self._gate_open:
+                        self._cv.wait()
+                    self._sending.add(rid)
+                    version, epoch = self._version, self._epoch
+                try:
+                    seg = self._generate_once(request, out, budget, rid)
+                finally:
+                    with self._cv:
+                        self._sending.discard(rid)
+                        self._cv.notify_all()
+                if not self.token_versions:
+                    seg.versions = [version] * len(seg.token_ids)  # the segment ran under one version
+                out.token_ids += seg.token_ids
+                out.logprobs += seg.logprobs
+                out.versions += seg.versions
+                out.finish_reason = seg.finish_reason
+                # Aborted by a weight update: resume from what it has, with the new weights.
+                resumable = (seg.finish_reason == FINISH_ABORT and rid not in self._user_aborted
+                             and self._epoch != epoch and len(out.token_ids) < budget)
+                if not resumable:
+                    break
+            if out.finish_reason == FINISH_ABORT and rid not in self._user_aborted and len(out.token_ids) >= budget:
+                out.finish_reason = FINISH_LENGTH
+        finally:
+            with self._lock:
+                self._inflight.pop(rid, None)
+                self._user_aborted.discard(rid)
+                self._tokens += len(out.token_ids)
+                self._served += 1
+        return out
+
+    def _generate_once(self, request: SampleRequest, so_far: SampleOutput, budget: int, rid: str) -> SampleOutput:
+        seed = request.seed
+        if seed is not None and so_far.token_ids:
+            seed = (seed + 7919 * len(so_far.token_ids)) % 2**31  # a resumed segment draws fresh randomness
+        body = generate_body(request, rid, budget - len(so_far.token_ids),
+                             list(request.prompt_ids) + so_far.token_ids, seed)
+        try:
+            answer = self.client.generate_raw(body)
+        except EngineHTTPError as err:
+            if err.status == 400 and _is_length_error(err.body):
+                return SampleOutput([], [], [], FINISH_LENGTH)  # the server's own context cap
+            if err.status >= 500:
+                raise InfraError(InfraSource.ENGINE, f"engine {self.index}: {err}") from err
+            raise ValueError(f"engine {self.index} refused the request: {err}") from err
+        except EngineUnreachable as err:
+            raise InfraError(InfraSource.ENGINE, f"engine {self.index}: server unreachable: {err}") from err
+        item = answer[0] if isinstance(answer, list) else answer
+        return parse_generate(item, self._version)
+
+    def abort(self, rid: str) -> None:
+        with self._lock:
+            if rid not in self._inflight:
+                return
+            self._user_aborted.add(rid)
+        self.client.post(protocol.ABORT_REQUEST, protocol.abort_request(rid))
+
+    def inflight(self) -> list[str]:
+        with self._lock:
+            return list(self._inflight)
 
     # -- weights ----------------------------------------------------------------------
-    def update_weights(self, state_dict: dict, version: int) -> int:
-        """Load new weights between decoding steps; returns the version now served."""
-        with self._lock:
-            self.model.load_state_dict(state_dict)
-            self._version = version
+    def update_weights(self, state_dict: Optional[dict], version: int) -> int:
+        """Serve `state_dict` as policy `version` (None: the checkpoint this engine started from);
+        returns the version now served. In-flight requests continue (see module docstring)."""
+        with self._update_lock:
+            t0 = time.perf_counter()
+            path = self._write_weights(state_dict, version)
+            t_write = time.perf_counter() - t0
+            self._apply(lambda: self.client.update_weights_from_disk(path, weight_version=str(version)), version)
+            self._set_version(version, t0, t_write)
+            self._drop_old_weights(keep=path)
         return self._version
 
+    def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                  group_name: str = "weight_update_group", backend: str = "nccl") -> dict:
+        """GPU path: join the trainer's NCCL group (SGLang `/init_weights_update_group`)."""
+        return self.client.init_weights_update_group(master_address, master_port, rank_offset, world_size,
+                                                     group_name, backend)
+
+    def update_weights_from_distributed(self, names: list, dtypes: list, shapes: list, version: int,
+                                        group_name: str = "weight_update_group") -> int:
+        """GPU path: pause, then receive the trainer's NCCL broadcast (the trainer must start
+        broadcasting after this call is under way: pausing with NCCL in flight hangs)."""
+        with self._update_lock:
+            t0 = time.perf_counter()
+            self._apply(lambda: self.client.update_weights_from_distributed(
+                names, dtypes, shapes, weight_version=str(version), group_name=group_name), version)
+            self._set_version(version, t0, 0.0)
+        return self._version
+
+    def _apply(self, load: Callable[[], dict], version: int) -> None:
+        """pause -> load -> continue. With per-token versions the server keeps in-flight requests
+        (retract / in_place); without, every request comes back aborted first (see generate)."""
+        mode = self.cfg.pause_mode if self.token_versions else protocol.PAUSE_ABORT
+        if mode == protocol.PAUSE_ABORT:
+            with self._cv:
+                self._gate_open = False
+                self._epoch += 1
+        try:
+            self.client.post(protocol.PAUSE_GENERATION, protocol.pause_generation_request(mode))
+            try:
+                if mode == protocol.PAUSE_ABORT:
+                    self._drain()
+                load()
+                self._version = version
+            finally:
+                self.client.post(protocol.CONTINUE_GENERATION, {})
+        except (EngineHTTPError, EngineUnreachable) as err:
+            raise InfraError(InfraSource.ENGINE, f"engine {self.index}: weight update failed: {err}") from err
+        finally:
+            with self._cv:
+                self._gate_open = True
+                self._cv.notify_all()
+        self._ready.set()
+
+    def _drain(self, timeout_s: float = 60.0) -> None:
+        """Wait until every /generate call under way has come back; requests that reached the
+        server after the pause are waiting there, and are aborted too."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._cv:
+                if not self._sending:
+                    return
+                self._cv.wait(0.05)
+                if not self._sending:
+                    return
+            if time.monotonic() > deadline:
+                raise EngineUnreachable(f"{len(self._sending)} requests did not come back after pause(abort)")
+            self.client.post(protocol.ABORT_REQUEST, protocol.abort_request(abort_all=True))
+
+    def _set_version(self, version: int, t0: float, t_write: float) -> None:
+        total = time.perf_counter() - t0
+        self.last_update = {"version": version, "total_s": total, "write_s": t_write, "load_s": total - t_write}
+
+    def _write_weights(self, state_dict: Optional[dict], version: int) -> str:
+        if state_dict is None:
+            return self.model_path
+        from safetensors.torch import save_file
+
+        final = os.path.join(self.workdir, f"weights-v{version}")
+        tmp = final + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        for name in os.listdir(self.model_path):  # config, tokenizer, generation config
+            if not name.endswith((".safetensors", ".bin", ".pt", ".index.json")):
+                src = os.path.join(self.model_path, name)
+                if os.path.isfile(src):
+                    os.symlink(os.path.abspath(src), os.path.join(tmp, name))
+        save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()},
+                  os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        return final
+
+    def _drop_old_weights(self, keep: str) -> None:
+        for name in os.listdir(self.workdir):
+            path = os.path.join(self.workdir, name)
+            if name.startswith("weights-v") and path != keep:
+                shutil.rmtree(path, ignore_errors=True)
+
+    # -- state ------------------------------------------------------------------------
     def version(self) -> int:
         return self._version
 
     def stats(self, reset_peak: bool = False) -> dict:
         capacity = self.cfg.max_batch_size * self.cfg.max_context_tokens
-        stats = {
-            "index": self.index,
-            "version": self._version,
-            "running": self._running,
-            "queued": self._queue.qsize(),
-            "served": self._served,
-            "kv_usage": self._kv_tokens / capacity,
-            "kv_usage_peak": self._kv_peak_tokens / capacity,
-        }
-        if reset_peak:
-            self._kv_peak_tokens = self._kv_tokens
+        now = time.monotonic()
+        with self._lock:
+            kv_tokens = sum(self._inflight.values())
+            self._kv_peak_tokens = max(self._kv_peak_tokens, kv_tokens)
+            stats = {
+                "index": self.index,
+                "version": self._version,
+                "ready": self._ready.is_set(),
+                "running": len(self._inflight),
+                "queued": self._queued,
+                "served": self._served,
+                # The server's own KV use when it reports one; else what in-flight requests reserve.
+                "kv_usage": self._server_kv if self._server_kv is not None else kv_tokens / capacity,
+                "kv_usage_peak": (self._server_kv_peak if self._server_kv is not None
+                                  else self._kv_peak_tokens / capacity),
+                "tokens_per_s": self._tokens / max(now - self._window_start, 1e-6),
+                "weight_update_s": self.last_update.get("total_s", 0.0),
+                "server_alive": self.server.alive(),
+                "url": self.client.base_url,
+            }
+            if reset_peak:
+                self._kv_peak_tokens = kv_tokens
+                self._server_kv_peak = self._server_kv or 0.0
+                self._tokens = 0
+                self._window_start = now
         return stats
+
+
+def server_kv_usage(info) -> Optional[float]:
+    """KV-pool use from /get_server_info: our flat `token_usage`, else SGLang's internal_states[0]."""
+    if not isinstance(info, dict):
+        return None
+    if isinstance(info.get("token_usage"), (int, float)):
+        return float(info["token_usage"])
+    states = info.get("internal_states") or [{}]
+    usage = states[0].get("token_usage") if isinstance(states[0], dict) else None
+    return float(usage) if isinstance(usage, (int, float)) else None
+
+
+def _is_length_error(body: str) -> bool:
+    text = body.lower()
+    return any(key in text for key in ("context", "too long", "exceed", "max_new_tokens", "length"))

@@ -1,31 +1,45 @@
 """Picks an engine per trajectory: least outstanding work, then sticky (prefix reuse).
 
-An engine whose actor died is skipped from then on; the request that hit it fails as
-infra_error(engine) and its group member is re-run elsewhere.
+An engine whose actor died is skipped; the request that hit it fails as infra_error(engine)
+and its group member is re-run elsewhere. The driver replaces a dead engine under the same
+name (`engine-<i>`) and pushes the current weights into it; with a `lookup`, the router finds
+the replacement by that name and routes to it again (a replacement that has not received
+its weights yet holds requests until it has, so it never serves stale weights).
 """
 from __future__ import annotations
 
 import random
-from typing import Callable, Sequence
+import time
+from typing import Callable, Optional, Sequence
 
 from envs.outcomes import InfraError, InfraSource
 from policies.sampler import SampleOutput, SampleRequest
 
-# call(engine, method_name, *args) -> result; Ray and in-process callers differ only here.
+# call(engine, method_name, *args, timeout_s=None) -> result; Ray and in-process callers differ only here.
 Call = Callable[..., object]
+# lookup(index) -> the engine now registered at that index, or None.
+Lookup = Callable[[int], object]
 
 
 class EngineRouter:
-    def __init__(self, engines: Sequence, call: Call, llm_error_rate: float = 0.0, seed: int = 0):
+    # How often a dead engine's slot is looked up again, and how long that probe may take.
+    REVIVE_INTERVAL_S = 1.0
+    REVIVE_PROBE_S = 2.0
+
+    def __init__(self, engines: Sequence, call: Call, llm_error_rate: float = 0.0, seed: int = 0,
+                 lookup: Optional[Lookup] = None):
         if not engines:
             raise ValueError("no engines: set engine.num_engines >= 1")
         self.engines = list(engines)
         self.call = call
+        self.lookup = lookup
         self.llm_error_rate = llm_error_rate  # fault injection (faults.llm_error_rate)
         self._rng = random.Random(seed)
         self._sticky: dict[str, int] = {}
         self._outstanding = [0] * len(self.engines)
+        self._next_lookup = [0.0] * len(self.engines)
         self.dead: set[int] = set()
+        self.revived = 0
 
     def _call(self, index: int, method: str, *args):
         try:
@@ -35,19 +49,38 @@ class EngineRouter:
                 self.dead.add(index)
             raise
 
+    def _revive(self, index: int) -> bool:
+        """Take the engine now registered at `index` (a replacement, or the same one if it answers)."""
+        now = time.monotonic()
+        if self.lookup is None or now < self._next_lookup[index]:
+            return False
+        self._next_lookup[index] = now + self.REVIVE_INTERVAL_S
+        handle = self.lookup(index)
+        if handle is None:
+            return False
+        try:
+            self.call(handle, "stats", timeout_s=self.REVIVE_PROBE_S)
+        except InfraError:
+            return False
+        self.engines[index] = handle
+        self.dead.discard(index)
+        self.revived += 1
+        return True
+
     def _pick(self) -> int:
         loads = []
         for i in range(len(self.engines)):
-            if i in self.dead:
+            if i in self.dead and not self._revive(i):
                 continue
             try:
                 stats = self._call(i, "stats")
             except InfraError:
                 continue
-            loads.append((stats["running"] + stats["queued"] + self._outstanding[i], i))
+            busy = stats["running"] + stats["queued"] + self._outstanding[i]
+            loads.append((not stats.get("ready", True), busy, i))
         if not loads:
             raise InfraError(InfraSource.ENGINE, f"all {len(self.engines)} engines are dead")
-        return min(loads)[1]
+        return min(loads)[2]
 
     def generate(self, request: SampleRequest, sticky_key: str) -> SampleOutput:
         index = self._sticky.get(sticky_key)
@@ -65,5 +98,5 @@ class EngineRouter:
         self._sticky.pop(sticky_key, None)
 
 
-def local_call(obj, method: str, *args):
+def local_call(obj, method: str, *args, timeout_s: Optional[float] = None):
     return getattr(obj, method)(*args)

@@ -17,11 +17,11 @@ from actors.episode_actor import EpisodeActor
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
 from actors.trainer_shard import TrainerShard
-from configs.schema import FaultsConfig, SandboxConfig
+from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
 
-# Engines take concurrent generate calls; a worker thread batches them.
+# Engines take concurrent generate calls, each waiting on the engine's server, which batches them.
 RemoteEngine = ray.remote(max_concurrency=256)(EngineActor)
 RemoteEpisode = ray.remote(EpisodeActor)
 RemoteCollector = ray.remote(SampleCollector)
@@ -40,8 +40,37 @@ def ray_call(handle, method: str, *args, source: Optional[InfraSource] = None, t
         raise InfraError(kind, f"{method} on {source.value} actor failed: {type(err).__name__}: {err}") from err
 
 
-def engine_call(handle, method: str, *args):
-    return ray_call(handle, method, *args, source=InfraSource.ENGINE)
+def engine_call(handle, method: str, *args, timeout_s: Optional[float] = None):
+    return ray_call(handle, method, *args, source=InfraSource.ENGINE, timeout_s=timeout_s)
+
+
+def engine_name(index: int) -> str:
+    return f"engine-{index}"
+
+
+def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str, wait_for_weights: bool = False):
+    """A named engine actor (`engine-<index>` in the run's namespace); a replacement reuses the name.
+
+    The actor ends itself when its server dies, so a dead server looks like a dead actor to
+    everyone (routers fail its requests as infra_error(engine), the driver replaces it).
+    """
+    return RemoteEngine.options(
+        name=engine_name(index), namespace=namespace, num_cpus=0, max_restarts=0,
+        max_concurrency=cfg.max_concurrency,
+    ).remote(index, cfg, model_path, wait_for_weights, True)
+
+
+class NamedEngines:
+    """Router-side lookup of the engine now registered as `engine-<i>` (None when there is none)."""
+
+    def __init__(self, namespace: str):
+        self.namespace = namespace
+
+    def __call__(self, index: int):
+        try:
+            return ray.get_actor(engine_name(index), namespace=self.namespace)
+        except ValueError:
+            return None
 
 
 class Proxy:

@@ -13,8 +13,9 @@ from configs.schema import Config
 
 # Only backends that exist are allowed, so a typo or a not-yet-built backend fails at load time.
 CHOICES = {
-    "engine.backend": ("cpu",),
-    "trainer.backend": ("torch",),
+    "engine.backend": ("cpu", "sglang"),
+    "engine.pause_mode": ("retract", "in_place"),
+    "trainer.backend": ("torch", "megatron"),
     "rollout.mode": ("async", "sync"),
     "sandbox.backend": ("local", "e2b", "docker"),
     "sandbox.isolation": ("auto", "bwrap", "none"),

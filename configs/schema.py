@@ -43,13 +43,38 @@ class TokenizerConfig:
 
 @dataclass
 class EngineConfig:
+    # "cpu": our server (python -m policies.server); "sglang": a real SGLang server (GPU).
     backend: str = "cpu"
     num_engines: int = 2
+    # Most requests the server decodes at once (CPU server: --max-running-requests).
     max_batch_size: int = 16
     # Requests arriving within this window join the same decoding batch.
     batch_wait_s: float = 0.01
+    # Per-request cap on prompt + generated tokens (SGLang --context-length): a request at the
+    # cap ends with finish reason "length", so one runaway request cannot starve the others.
     max_context_tokens: int = 4096
     torch_threads: int = 1
+    # SGLang --mem-fraction-static and --tp-size (backend sglang).
+    mem_fraction: float = 0.85
+    tp_size: int = 1
+    # How in-flight requests are held during a weight update when the server tags every token
+    # with its version (ours): "retract" (KV recomputed with the new weights) or "in_place"
+    # (KV kept). Servers without per-token versions (SGLang) are paused with "abort" and each
+    # request resumes from its partial output, so versions stay exact.
+    pause_mode: str = "retract"
+    # Where weight updates are written as safetensors for /update_weights_from_disk;
+    # empty: /dev/shm when writable, else the system temporary directory.
+    weights_dir: str = ""
+    # Bounded wait for the server's /health after it starts.
+    startup_timeout_s: float = 300.0
+    # Client-side limit on one HTTP call to the server (a generation included).
+    request_timeout_s: float = 3600.0
+    # How often the driver checks that every engine is alive (dead ones are replaced).
+    health_interval_s: float = 2.0
+    # Concurrent calls one engine actor takes (Ray threads; each waits on the server).
+    max_concurrency: int = 1024
+    # Extra command-line arguments for the server process.
+    server_args: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +94,50 @@ class TrainerConfig:
     master_addr: str = "127.0.0.1"
     # 0 picks a free port for the rendezvous.
     master_port: int = 0
+    # Truncated importance weight cap: exp(proximal - behavior) is clamped to at most this.
+    tis_cap: float = 2.0
+    # dtype the trainer holds parameters in and computes with: "float32" | "bfloat16" | "float16".
+    params_dtype: str = "float32"
+    # megatron backend only: tensor / expert model-parallel sizes (each divides num_shards; the
+    # data-parallel size is num_shards / tensor_parallel_size).
+    tensor_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    # megatron backend only: MoE load-balancing auxiliary loss coefficient (0: router untouched).
+    moe_aux_loss_coeff: float = 0.0
+    # megatron backend only: pad the vocabulary to a multiple of this x tensor_parallel_size.
+    vocab_multiple: int = 1
+    # megatron backend only: recompute each transformer layer in backward (less activation memory).
+    recompute_activations: bool = False
+    # Gradients are all-reduced over the data-parallel group in buckets of this many MiB.
+    grad_bucket_mb: int = 256
+    # Checkpoints kept under runs/<name>/checkpoints (older ones are deleted after a save).
+    keep_checkpoints: int = 3
+    # The driver saves a checkpoint every this many steps (and after the last); 0: only the last.
+    checkpoint_interval: int = 10
+    # NCCL weight broadcast to engines: tensors per update call, in buckets of this many MiB.
+    weight_bucket_mb: int = 512
+
+
+@dataclass
+class SFTConfig:
+    # OpenAI-style JSONL: one {"messages": [...], "tools": [...]?, "resolved": bool?} per line.
+    data: str = ""
+    # The HF model directory written (weights, config, tokenizer); use it as model.path.
+    out_dir: str = "runs/sft"
+    lr: float = 5e-4
+    batch_size: int = 16
+    epochs: int = 1
+    # Stop after this many optimizer steps (0: run all epochs).
+    max_steps: int = 0
+    # Longer conversations are truncated to this many tokens.
+    max_seq_tokens: int = 2048
+    # Loss on every token, not only the assistant's (helped the tiny model; see LEARNING.md).
+    loss_on_all_tokens: bool = False
+    # Keep only traces whose "resolved" flag is true (traces without the flag are kept).
+    filter_resolved: bool = True
+    seed: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
 
 
 @dataclass
@@ -185,6 +254,7 @@ class Config:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)

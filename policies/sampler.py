@@ -125,21 +125,34 @@ def _generator(seed: Optional[int], device: torch.device) -> torch.Generator:
 def _sample(
     logits: torch.Tensor, request: SampleRequest, generator: torch.Generator
 ) -> Tuple[int, float]:
+    return sample_token(logits, request.temperature, request.top_p, generator)
+
+
+def sample_token(
+    logits: torch.Tensor, temperature: float, top_p: float,
+    generator: Optional[torch.Generator],
+) -> Tuple[int, float]:
     """Return (token, logprob) for one row of next-token logits.
 
     The logprob is log_softmax(logits / temperature) at the token, taken before top-p
     truncation, so the trainer's `sequence_logprobs(..., temperature)` reproduces it.
-    Greedy (temperature 0) reports the temperature-1 logprob.
+    Greedy (temperature 0) reports the temperature-1 logprob. Shared by `generate_batch`
+    and the CPU server's continuous-batching scheduler (policies/server/scheduler.py).
     """
-    if request.temperature == 0:
+    if temperature == 0:
         token = int(torch.argmax(logits))
         return token, float(torch.log_softmax(logits, dim=-1)[token])
-    logprobs = torch.log_softmax(logits / request.temperature, dim=-1)
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
     probs = logprobs.exp()
-    if request.top_p < 1.0:
-        probs = _top_p_filter(probs, request.top_p)
+    if top_p < 1.0:
+        probs = _top_p_filter(probs, top_p)
     token = int(torch.multinomial(probs, 1, generator=generator))
     return token, float(logprobs[token])
+
+
+def make_generator(seed: Optional[int], device: torch.device) -> torch.Generator:
+    """A per-request generator: seeded when a seed is given, else nondeterministic."""
+    return _generator(seed, device)
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -48,3 +48,70 @@ def test_injected_llm_errors_are_engine_infra_errors(model_path):
     router = EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call, llm_error_rate=1.0)
     with pytest.raises(InfraError, match="injected"):
         router.generate(SampleRequest([1, 2], 2), "k")
+
+
+def _perturbed(model_path):
+    import torch
+
+    from policies.model import load_model
+
+    torch.manual_seed(0)
+    return {k: v + 0.05 * torch.randn_like(v) for k, v in load_model(model_path).state_dict().items()}
+
+
+def test_dead_engine_is_replaced_and_serves_the_current_weights(ray_session, model_path):
+    import time
+
+    import ray
+
+    from actors.engine_client import EngineClient
+    from actors.launch import EngineSet
+    from actors.remote import NamedEngines
+
+    ns = "swerve-tests-replace"
+    engines = EngineSet(EngineConfig(num_engines=2, max_context_tokens=512), model_path, ns).start()
+    router = EngineRouter(engines.handles, engine_call, lookup=NamedEngines(ns))
+    try:
+        assert engines.sync(ray.put(_perturbed(model_path)), 1) == [1, 1]
+        request = SampleRequest([1, 5, 9], 4)
+        assert router.generate(request, "a").versions == [1] * 4
+        first = router._sticky["a"]
+        old, old_url = engines.handles[first], ray.get(engines.handles[first].stats.remote())["url"]
+        ray.kill(old)
+        with pytest.raises(InfraError) as err:
+            router.generate(request, "a")
+        assert err.value.source == InfraSource.ENGINE and router.dead == {first}
+
+        assert engines.replace_dead() == [first] and engines.restarts == 1  # what the driver does
+        new = engines.handles[first]
+        assert ray.get(new.stats.remote())["ready"] and ray.get(new.version.remote()) == 1
+        # The dead actor's server went with it.
+        deadline = time.monotonic() + 15
+        while EngineClient(old_url).health(timeout_s=1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not EngineClient(old_url).health(timeout_s=1)
+        # The router finds the replacement by its name and routes to it again.
+        router._next_lookup[first] = 0.0
+        router._pick()
+        assert router.dead == set() and router.revived == 1
+        out = router._call(first, "generate", request)
+        assert out.versions == [1] * 4 and len(out.token_ids) == 4
+    finally:
+        for handle in engines.handles:
+            ray.kill(handle)
+
+
+def test_a_replacement_serves_nothing_before_its_weights(ray_session, model_path):
+    import ray
+
+    from actors.remote import create_engine
+
+    engine = create_engine(EngineConfig(), 7, model_path, "swerve-tests-replace", wait_for_weights=True)
+    try:
+        pending = engine.generate.remote(SampleRequest([1, 5, 9], 4))
+        ready, _ = ray.wait([pending], timeout=2.0)
+        assert not ready and ray.get(engine.stats.remote())["ready"] is False
+        assert ray.get(engine.update_weights.remote(ray.put(_perturbed(model_path)), 3)) == 3
+        assert ray.get(pending).versions == [3] * 4
+    finally:
+        ray.kill(engine)

@@ -1,0 +1,6 @@
+"""`python -m policies.server --model-path DIR --port N ...` (see app.build_arg_parser)."""
+import sys
+
+from policies.server.app import main
+
+sys.exit(main())

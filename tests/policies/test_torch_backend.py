@@ -1,0 +1,51 @@
+import sys
+
+import pytest
+import torch
+
+from configs.schema import TrainerConfig
+from policies.logprobs import sequence_logprobs
+from policies.model import load_model
+from policies.torch_backend import TorchBackend
+from policies.trainer_backend import BACKENDS, backend_class, clip_grad_norm
+
+
+def test_registry_holds_real_classes_and_imports_megatron_lazily():
+    assert backend_class("torch") is TorchBackend
+    assert BACKENDS["megatron"] == "policies.megatron.backend:MegatronBackend"
+    assert "megatron.core" not in sys.modules or "policies.megatron.backend" in sys.modules
+    with pytest.raises(ValueError, match="allowed: torch, megatron"):
+        backend_class("jax")
+
+
+def test_interface_on_one_rank(model_path, model):
+    backend = TorchBackend(TrainerConfig(), model_path, rank=0, world_size=1)
+    assert backend.data_parallel_group() is None
+    ids = torch.tensor([[1, 5, 9, 12], [1, 7, 0, 0]])
+    attention = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    logprobs = backend.sequence_logprobs(ids, attention, 0.7)
+    assert logprobs.shape == (2, 4) and logprobs.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(logprobs.detach(), sequence_logprobs(model, ids, attention, 0.7))
+    logprobs.sum().backward()
+    assert all(p.grad is not None for p in backend.parameters())
+    assert clip_grad_norm(backend, 1e9) > 0
+
+
+def test_hf_state_dict_round_trip(model_path):
+    backend = TorchBackend(TrainerConfig(), model_path, rank=0, world_size=1)
+    state = backend.hf_state_dict()
+    assert set(state) == set(load_model(model_path).state_dict())
+    assert state["model.embed_tokens.weight"].data_ptr() != state["lm_head.weight"].data_ptr()
+    changed = {k: v + 1.0 for k, v in state.items()}
+    backend.load_hf_state_dict(changed)
+    assert all(torch.equal(v, changed[k]) for k, v in backend.hf_state_dict().items())
+    del changed["lm_head.weight"]  # tied to the embeddings: optional, as HF saves it
+    backend.load_hf_state_dict(changed)
+    with pytest.raises(KeyError, match="missing"):
+        backend.load_hf_state_dict({k: v for k, v in state.items() if "layers.0." not in k})
+
+
+def test_params_dtype(model_path):
+    backend = TorchBackend(TrainerConfig(params_dtype="bfloat16"), model_path, rank=0, world_size=1)
+    assert {p.dtype for p in backend.parameters()} == {torch.bfloat16}
