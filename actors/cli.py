@@ -11,7 +11,7 @@ from configs import ConfigError, load_config
 def _train(args: argparse.Namespace) -> int:
     from actors.driver import train
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, [*args.overrides, *(["run.resume=true"] if args.resume else [])])
     path = train(cfg)
     print(f"[swerve] done: {path}")
     return 0
@@ -31,6 +31,31 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sft(args: argparse.Namespace) -> int:
+    """Supervised fine-tuning on OpenAI-style `messages` traces; writes an HF model directory."""
+    from policies.model import ensure_model
+    from policies.sft import run_sft
+    from policies.tokenizer import ensure_tokenizer
+
+    overrides = [*args.overrides, *([f"sft.data={args.data}"] if args.data else []),
+                 *([f"sft.out_dir={args.out}"] if args.out else [])]
+    cfg = load_config(args.config, overrides)
+    if not cfg.sft.data or not cfg.sft.out_dir:
+        raise ConfigError("sft needs --data FILE (sft.data) and --out DIR (sft.out_dir)")
+    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
+    model_path = ensure_model(cfg.model, tokenizer_path)
+    summary = run_sft(model_path, tokenizer_path, cfg.sft.data, cfg.sft.out_dir, cfg.sft)
+    print(f"[swerve] sft done: {cfg.sft.out_dir} (use model.path={cfg.sft.out_dir}); "
+          f"loss {summary['losses'][0]:.3f} -> {summary['losses'][-1]:.3f}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from actors.status import main_status
+
+    return main_status(load_config(args.config, args.overrides), args.address, args.json)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="swerve", description="Asynchronous RL for software-engineering agents.")
     sub = top.add_subparsers(dest="command", required=True)
@@ -40,7 +65,17 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.total_steps=3")
         return p
 
-    with_config(sub.add_parser("train", help="run the asynchronous training loop")).set_defaults(func=_train)
+    train = with_config(sub.add_parser("train", help="run the asynchronous training loop"))
+    train.add_argument("--resume", action="store_true", help="continue from the run's newest checkpoint")
+    train.set_defaults(func=_train)
+    sft = with_config(sub.add_parser("sft", help="supervised fine-tuning on `messages` traces (JSONL)"))
+    sft.add_argument("--data", help="traces file (sft.data)")
+    sft.add_argument("--out", help="output HF model directory (sft.out_dir)")
+    sft.set_defaults(func=_sft)
+    status = with_config(sub.add_parser("status", help="live books of a running job (run.name=NAME)"))
+    status.add_argument("--address", default="", help="Ray cluster address (default: RAY_ADDRESS or auto)")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.set_defaults(func=_status)
     serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API)"))
     serve.add_argument("--port", type=int, default=30000, help="port on 127.0.0.1 (0 picks a free one)")
     serve.set_defaults(func=_serve)

@@ -4,24 +4,25 @@
 """
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 
 import ray
 
-from actors.launch import Fleet, init_ray, kill, launch, shutdown
+from actors.launch import Fleet, init_ray, kill, launch, shutdown, start_episodes
+from actors.metrics_export import MetricsExporter
+from actors.plots import write_plots
+from actors.restart import resume_run, save_run_checkpoint
 from actors.run_dir import RunDir
+from actors.step_report import status_line, step_metrics
 from actors.trajectory import Batch
 from configs import Config
 from envs.validate import trainable_tasks
 from policies.model import ensure_model
 from policies.tokenizer import ensure_tokenizer
 
-log = logging.getLogger("swerve")
 
-
-def wait_for_batch(fleet: Fleet, cfg: Config) -> Batch:
+def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batch:
     next_status = time.monotonic() + cfg.run.status_interval_s
     while True:
         batch = ray.get(fleet.collector.next_batch.remote(cfg.rollout.temperature))
@@ -36,6 +37,7 @@ def wait_for_batch(fleet: Fleet, cfg: Config) -> Batch:
             acc = ray.get(fleet.collector.accounting.remote())
             if acc["tasks_exhausted"]:
                 raise RuntimeError(f"every task is quarantined, nothing left to train on: {acc['quarantined_tasks']}")
+            exporter.export(acc)  # live counters while the trainer waits
             print(f"[swerve] waiting for batch: in_flight={acc['in_flight']} buffered={acc['buffered']} "
                   f"admitted={acc['admitted']}", flush=True)
             next_status += cfg.run.status_interval_s
@@ -43,22 +45,26 @@ def wait_for_batch(fleet: Fleet, cfg: Config) -> Batch:
 
 
 def train_on_batch(fleet: Fleet, batch: Batch) -> dict:
-    world = len(fleet.trainers)
-    parts = [batch.samples[r::world] for r in range(world)]
-    stats = ray.get([t.train_step.remote(p, batch.temperature, batch.num_loss_tokens)
-                     for t, p in zip(fleet.trainers, parts)])
+    # Tensor-parallel peers share a data-parallel rank and so get the same samples.
+    layout = ray.get([t.dp_rank_and_size.remote() for t in fleet.trainers])
+    stats = ray.get([t.train_step.remote(batch.samples[rank::size], batch.temperature, batch.num_loss_tokens)
+                     for t, (rank, size) in zip(fleet.trainers, layout)])
+    loss_by_dp_rank: dict[int, float] = {}
+    for (rank, _), s in zip(layout, stats):
+        loss_by_dp_rank.setdefault(rank, s["loss"])  # each shard's loss is already over the global token count
     return {
         "time_actor_update_s": max(s["time_actor_update_s"] for s in stats),
         "time_logprob_s": max(s["time_logprob_s"] for s in stats),
-        "loss": sum(s["loss"] for s in stats),
+        "loss": sum(loss_by_dp_rank.values()),
         "grad_norm": stats[0]["grad_norm"],
         "trainer_versions": [s["version"] for s in stats],
     }
 
 
-def sync_weights(fleet: Fleet, version: int) -> list[int]:
-    weights = ray.put(ray.get(fleet.trainers[0].state_dict.remote()))
-    return fleet.engine_set.sync(weights, version)
+def sync_weights(fleet: Fleet, version: int) -> tuple[list[int], float]:
+    exports = ray.get([t.export_weights.remote() for t in fleet.trainers])  # collective on sharded backends
+    versions = fleet.engine_set.sync(ray.put(exports[0]["state_dict"]), version)
+    return versions, exports[0]["time_export_s"]
 
 
 def train(cfg: Config) -> Path:
@@ -67,48 +73,48 @@ def train(cfg: Config) -> Path:
     tokenizer_path = ensure_tokenizer(cfg.tokenizer)
     model_path = ensure_model(cfg.model, tokenizer_path)
     tasks, quarantined = trainable_tasks(cfg.tasks)
-    fleet = launch(cfg, tokenizer_path, model_path, tasks)
-    print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
-          f"{len(fleet.engines)} engines, "
-          f"{len(fleet.trainers)} trainer shards, {len(fleet.episodes)} episode actors -> {run_dir.path}", flush=True)
-    version = 0
+    fleet = launch(cfg, model_path, tasks)
+    exporter = MetricsExporter(cfg.run.name)
+    step = version = 0
     try:
-        for step in range(1, cfg.trainer.total_steps + 1):
+        if cfg.run.resume:
+            step, version, readmitted = resume_run(fleet, run_dir.checkpoints)
+            run_dir.keep_rows_through(step)
+            sync_weights(fleet, version)
+            print(f"[swerve] resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted",
+                  flush=True)
+        start_episodes(fleet, cfg, tokenizer_path)
+        print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
+              f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
+              f"{len(fleet.episodes)} episode actors -> {run_dir.path}", flush=True)
+        while step < cfg.trainer.total_steps:
+            step += 1
             t_step = time.perf_counter()
-            batch = wait_for_batch(fleet, cfg)
+            batch = wait_for_batch(fleet, cfg, exporter)
             time_rollout_wait_s = time.perf_counter() - t_step
             update = train_on_batch(fleet, batch)
             version += 1
             t_sync = time.perf_counter()
-            engine_versions = sync_weights(fleet, version)
+            engine_versions, time_export_s = sync_weights(fleet, version)
             time_weight_sync_s = time.perf_counter() - t_sync
             ray.get(fleet.collector.set_version.remote(version))
             accounting = ray.get(fleet.collector.accounting.remote())  # raises if the identity breaks
-            engine_stats = fleet.engine_set.stats(reset_peak=True)
-            metrics = {
-                "step": step, "policy_version": version, "step_time_s": time.perf_counter() - t_step,
-                "time_rollout_wait_s": time_rollout_wait_s, "time_weight_sync_s": time_weight_sync_s,
-                **update, **batch.stats, "engine_versions": engine_versions,
-                "engine_kv_usage_max": max(s["kv_usage_peak"] for s in engine_stats),
-                "engine_tokens_per_s": sum(s["tokens_per_s"] for s in engine_stats),
-                "engine_weight_update_s": max(s["weight_update_s"] for s in engine_stats),
-                "engine_restarts": fleet.engine_set.restarts,
-                **{k: accounting[k] for k in ("admitted", "in_flight", "buffered", "trained", "dropped_stale",
-                                               "infra_excluded", "quarantined")},
-            }
+            metrics = step_metrics(step, version, time.perf_counter() - t_step, batch, update, accounting,
+                                   fleet.engine_set, time_rollout_wait_s=time_rollout_wait_s,
+                                   time_weight_sync_s=time_weight_sync_s, time_export_s=time_export_s,
+                                   engine_versions=engine_versions)
             run_dir.write_metrics(metrics)
+            exporter.export(metrics)
             run_dir.write_accounting({**accounting, "tasks_skipped_quarantined": quarantined})
             run_dir.write_trajectories(step, [t.summary() for t in batch.trajectories[: cfg.run.trajectories_per_step]])
-            print(f"[swerve] step {step}/{cfg.trainer.total_steps} v{version} "
-                  f"reward={metrics['reward_mean']:.3f} staleness_max={metrics['staleness_max']} "
-                  f"rollout_wait={time_rollout_wait_s:.1f}s update={update['time_actor_update_s']:.1f}s "
-                  f"sync={time_weight_sync_s:.2f}s admitted={accounting['admitted']} "
-                  f"trained={accounting['trained']}", flush=True)
+            print(status_line(metrics, cfg.trainer.total_steps), flush=True)
+            interval = cfg.trainer.checkpoint_interval
+            if step == cfg.trainer.total_steps or (interval and step % interval == 0):
+                save_run_checkpoint(fleet, run_dir.checkpoints, step)
+                write_plots(run_dir.rows(), run_dir.path)
         results = shutdown(fleet, grace_s=cfg.rollout.max_episode_seconds)
         accounting = ray.get(fleet.collector.accounting.remote())
-        accounting["episode_actors"] = results
-        accounting["tasks_skipped_quarantined"] = quarantined
-        run_dir.write_accounting(accounting)
+        run_dir.write_accounting({**accounting, "episode_actors": results, "tasks_skipped_quarantined": quarantined})
     finally:
         kill(fleet)
     return run_dir.path

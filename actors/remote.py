@@ -48,7 +48,13 @@ def engine_name(index: int) -> str:
     return f"engine-{index}"
 
 
-def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str, wait_for_weights: bool = False):
+def placement(resource: str) -> dict:
+    """Ray options that put an actor on a node declaring `resource` (a sliver of it per actor)."""
+    return {"resources": {resource: 0.001}} if resource else {}
+
+
+def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str, wait_for_weights: bool = False,
+                  resource: str = ""):
     """A named engine actor (`engine-<index>` in the run's namespace); a replacement reuses the name.
 
     The actor ends itself when its server dies, so a dead server looks like a dead actor to
@@ -56,7 +62,7 @@ def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str
     """
     return RemoteEngine.options(
         name=engine_name(index), namespace=namespace, num_cpus=0, max_restarts=0,
-        max_concurrency=cfg.max_concurrency,
+        max_concurrency=cfg.max_concurrency, **placement(resource),
     ).remote(index, cfg, model_path, wait_for_weights, True)
 
 
@@ -104,8 +110,10 @@ class SandboxLease:
     # Room above the command's own timeout before the caller gives up on the actor.
     RPC_MARGIN_S = 30.0
 
-    def __init__(self, index: int, cfg: SandboxConfig, faults: FaultsConfig, namespace: str, seed: int):
+    def __init__(self, index: int, cfg: SandboxConfig, faults: FaultsConfig, namespace: str, seed: int,
+                 resource: str = ""):
         self.index, self.cfg, self.faults, self.namespace = index, cfg, faults, namespace
+        self.resource = resource
         self._rng = random.Random(seed)
         self._handle = None
         self.generation = 0
@@ -115,7 +123,8 @@ class SandboxLease:
         if self._handle is None:
             suffix = f"-r{self.generation}" if self.generation else ""
             self._handle = RemoteSandbox.options(
-                name=f"sandbox-{self.index}{suffix}", namespace=self.namespace, num_cpus=0
+                name=f"sandbox-{self.index}{suffix}", namespace=self.namespace, num_cpus=0,
+                **placement(self.resource),
             ).remote(self.index, self.cfg)
             self.generation += 1
         return self._handle

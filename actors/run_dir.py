@@ -26,10 +26,22 @@ def _write_atomic(path: Path, text: str) -> None:
 class RunDir:
     def __init__(self, cfg: Config):
         self.path = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
+        self.checkpoints = self.path / "checkpoints"
         (self.path / "trajectories").mkdir(parents=True, exist_ok=True)
         _write_atomic(self.path / "config.yaml", to_yaml(cfg))
         self.metrics_path = self.path / "metrics.jsonl"
-        self.metrics_path.write_text("")
+        if not cfg.run.resume:
+            self.metrics_path.write_text("")
+
+    def rows(self) -> list[dict]:
+        if not self.metrics_path.exists():
+            return []
+        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+
+    def keep_rows_through(self, step: int) -> None:
+        """On resume: steps after the checkpoint are redone, so their old rows go."""
+        kept = [r for r in self.rows() if r["step"] <= step]
+        _write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write_metrics(self, metrics: dict) -> None:
         missing = [name for name in METRIC_NAMES if name not in metrics]

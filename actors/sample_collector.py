@@ -62,6 +62,7 @@ class SampleCollector:
         self._stopped = False
         self._last_batch_s = time.monotonic()
         self.readmitted = 0
+        self.last_batch_stats: dict = {}
 
     # -- admission ---------------------------------------------------------------------
     def _capacity_groups(self) -> int:
@@ -173,6 +174,7 @@ class SampleCollector:
         now = time.monotonic()
         stats = batch_stats(kept, finished, self.version, now - self._last_batch_s)
         self._last_batch_s = now
+        self.last_batch_stats = stats
         stats["stale_dropped_in_batch"] = len(stale)
         return Batch(self.version, samples, kept, temperature, stats)
 
@@ -238,6 +240,12 @@ class SampleCollector:
 
     def stop(self) -> None:
         self._stopped = True
+
+    def live(self) -> dict:
+        """What `swerve status` shows: the books, the last batch's rates and staleness, work in flight."""
+        oldest = min((w.admitted_version for w in self._in_flight.values()), default=None)
+        return {"accounting": self.accounting(), "last_batch": dict(self.last_batch_stats),
+                "oldest_in_flight_version": oldest, "pending": len(self._pending)}
 
     def accounting(self) -> dict:
         """Counters plus the identity check; raises AccountingError when it does not hold."""

@@ -13,6 +13,8 @@ class RunConfig:
     name: str = "default"
     dir: str = "runs"
     seed: int = 0
+    # Continue from the newest checkpoint under runs/<name>/checkpoints (also `swerve train --resume`).
+    resume: bool = False
     status_interval_s: float = 5.0
     # Trajectories written to trajectories/*.jsonl per step (a sample, not all).
     trajectories_per_step: int = 8
@@ -239,6 +241,11 @@ class RayConfig:
     # Empty uses "swerve-<run.name>".
     namespace: str = ""
     num_cpus: int = 0
+    # Custom Ray resources that place each role on its own kind of node (e.g. sandboxes on CPU
+    # nodes that declare `--resources '{"sandbox": 1000}'`); empty places the role anywhere.
+    sandbox_resource: str = ""
+    engine_resource: str = ""
+    trainer_resource: str = ""
 
 
 @dataclass

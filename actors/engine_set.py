@@ -1,0 +1,96 @@
+"""The run's engines as one set: start, replace the dead under their names, push weights, stats."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from actors.remote import create_engine
+from configs.schema import EngineConfig
+
+log = logging.getLogger("swerve")
+
+
+@dataclass
+class EngineSet:
+    """The run's engines, named `engine-<i>`; a dead one is replaced under its name and gets the
+    current weights before it serves (routers find it by name, see EngineRouter)."""
+
+    cfg: EngineConfig
+    model_path: str
+    namespace: str
+    resource: str = ""  # ray.engine_resource
+    handles: list = field(default_factory=list)
+    version: int = 0
+    weights: object = None  # ObjectRef of the current state_dict; None: the checkpoint at model_path
+    restarts: int = 0
+    _next_check: float = 0.0
+
+    def start(self) -> "EngineSet":
+        self.handles = [create_engine(self.cfg, i, self.model_path, self.namespace, resource=self.resource)
+                        for i in range(self.cfg.num_engines)]
+        return self
+
+    def _replace(self, index: int) -> None:
+        ray.kill(self.handles[index])  # already dead; frees its name sooner
+        deadline = time.monotonic() + 30.0
+        while True:  # the dead actor's name is released asynchronously
+            try:
+                handle = create_engine(self.cfg, index, self.model_path, self.namespace,
+                                       wait_for_weights=self.weights is not None, resource=self.resource)
+                break
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        if self.weights is not None:
+            ray.get(handle.update_weights.remote(self.weights, self.version))
+        self.handles[index] = handle
+        self.restarts += 1
+        print(f"[swerve] engine-{index} died; replaced, serving v{self.version}", flush=True)
+
+    def replace_dead(self, timeout_s: float = 10.0) -> list[int]:
+        """Probe every engine; replace the dead ones (with the current weights). Returns their indices."""
+        probes = [h.ping.remote() for h in self.handles]
+        dead = []
+        for i, ref in enumerate(probes):
+            try:
+                if not ray.get(ref, timeout=timeout_s):
+                    dead.append(i)
+            except RayActorError:
+                dead.append(i)
+            except GetTimeoutError:
+                log.warning("engine-%d did not answer a ping within %.0fs", i, timeout_s)
+        for i in dead:
+            self._replace(i)
+        self._next_check = time.monotonic() + self.cfg.health_interval_s
+        return dead
+
+    def maybe_replace_dead(self) -> list[int]:
+        return self.replace_dead() if time.monotonic() >= self._next_check else []
+
+    def sync(self, state_dict_ref, version: int) -> list[int]:
+        """Every engine serves `version` when this returns (a dead one is replaced with it)."""
+        self.weights, self.version = state_dict_ref, version
+        refs = [h.update_weights.remote(state_dict_ref, version) for h in self.handles]
+        versions = []
+        for i, ref in enumerate(refs):
+            try:
+                versions.append(ray.get(ref))
+            except RayActorError:
+                self._replace(i)
+                versions.append(ray.get(self.handles[i].version.remote()))
+        return versions
+
+    def stats(self, reset_peak: bool = False) -> list[dict]:
+        out = []
+        for i, h in enumerate(self.handles):
+            try:
+                out.append(ray.get(h.stats.remote(reset_peak)))
+            except RayActorError:
+                out.append({"index": i, "dead": True, "kv_usage_peak": 0.0, "tokens_per_s": 0.0,
+                            "weight_update_s": 0.0})
+        return out
