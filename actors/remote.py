@@ -6,6 +6,7 @@ with the right source.
 """
 from __future__ import annotations
 
+import logging
 import random
 from typing import Optional
 
@@ -20,6 +21,8 @@ from actors.trainer_shard import TrainerShard
 from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
+
+log = logging.getLogger(__name__)
 
 # Engines take concurrent generate calls, each waiting on the engine's server, which batches them.
 RemoteEngine = ray.remote(max_concurrency=256)(EngineActor)
@@ -131,6 +134,10 @@ class SandboxLease:
 
     def _call(self, method: str, *args, timeout_s: Optional[float] = None):
         handle = self._actor()
+        if self.faults.sandbox_kill_rate and self._rng.random() < self.faults.sandbox_kill_rate:
+            # faults.sandbox_kill_rate: the actor dies under this very call, as a crash would.
+            self.kills_injected += 1
+            ray.kill(handle)
         try:
             return ray_call(handle, method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
         except InfraError:
@@ -142,9 +149,6 @@ class SandboxLease:
         self._call("start", task, timeout_s=self.RPC_MARGIN_S + self.cfg.command_timeout_s)
 
     def exec(self, command: str, timeout_s: Optional[float] = None) -> ExecResult:
-        if self.faults.sandbox_kill_rate and self._rng.random() < self.faults.sandbox_kill_rate:
-            self.kills_injected += 1
-            ray.kill(self._actor())
         limit_s = (timeout_s or self.cfg.command_timeout_s) + self.RPC_MARGIN_S
         return self._call("exec", command, timeout_s, timeout_s=limit_s)
 
@@ -158,5 +162,11 @@ class SandboxLease:
         self._call("reset", timeout_s=self.RPC_MARGIN_S)
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._call("close", timeout_s=self.RPC_MARGIN_S)
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        try:
+            ray.get(handle.close.remote(), timeout=self.RPC_MARGIN_S)
+        except RayActorError:
+            # A dead sandbox actor took its lease with it: nothing is left to close.
+            log.info("sandbox-%d was already gone when its lease was closed", self.index)

@@ -11,8 +11,9 @@ from policies.sampler import SampleRequest
 
 def test_killed_sandbox_is_an_infra_error_and_is_replaced(ray_session):
     task = load_tasks("builtin", "train")[0]
-    lease = SandboxLease(0, SandboxConfig(), FaultsConfig(sandbox_kill_rate=1.0), "swerve-tests-lease", seed=0)
+    lease = SandboxLease(0, SandboxConfig(), FaultsConfig(), "swerve-tests-lease", seed=0)
     lease.start(task)
+    lease.faults = FaultsConfig(sandbox_kill_rate=1.0)
     with pytest.raises(InfraError) as err:
         lease.exec("ls")
     assert err.value.source == InfraSource.SANDBOX and lease.kills_injected == 1
