@@ -56,6 +56,15 @@ def _status(args: argparse.Namespace) -> int:
     return main_status(load_config(args.config, args.overrides), args.address, args.json)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from actors.bench import run_benchmark
+
+    result = run_benchmark(args.name, load_config(args.config, args.overrides), args.repetitions)
+    print(f"[swerve] bench {result['name']}: {result['figure']} = {result['ratio']:.3g} "
+          f"(target {result['target']}: {'met' if result['met'] else 'NOT met'}) -> bench/results/{result['name']}.json")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="swerve", description="Asynchronous RL for software-engineering agents.")
     sub = top.add_subparsers(dest="command", required=True)
@@ -79,12 +88,24 @@ def parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API)"))
     serve.add_argument("--port", type=int, default=30000, help="port on 127.0.0.1 (0 picks a free one)")
     serve.set_defaults(func=_serve)
+    bench = sub.add_parser("bench", help="run one benchmark; writes bench/results/NAME.json")
+    bench.add_argument("name", help="engine_throughput | sandbox_start")
+    with_config(bench)
+    bench.add_argument("--repetitions", type=int, default=3, help="median over this many runs")
+    bench.set_defaults(func=_bench)
     tasks_cli.register(sub, with_config)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args, extra = top.parse_known_args(argv)
+    # key=value overrides may come after options (`swerve bench NAME --repetitions 3 k=v`).
+    stray = [a for a in extra if a.startswith("-") or "=" not in a]
+    if stray or (extra and not hasattr(args, "overrides")):
+        top.error(f"unrecognized arguments: {' '.join(stray or extra)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
     try:
         return args.func(args)
     except ConfigError as err:

@@ -100,10 +100,7 @@ def measure_throughput(
 
     levels = sorted({int(c) for c in concurrency_levels} | {1})
     batch = max_batch_size or max(levels)
-    try:
-        vocab = len(load_tokenizer(model_path))
-    except Exception:
-        vocab = 512
+    vocab = len(load_tokenizer(model_path))  # model dirs from ensure_model carry their tokenizer
     handle = proc = None
     if in_process:
         handle = start_server(model_path, max_batch_size=batch,
