@@ -63,3 +63,11 @@ def test_sft_output_is_the_starting_policy_of_train(ray_session, swerve_cache, t
                        f"tokenizer.path={out}"))
     assert rows(path)[0]["policy_version"] == 1
     assert f"path: {out}" in (path / "config.yaml").read_text()
+
+
+def test_sync_mode_is_the_on_policy_baseline_on_the_same_code(ray_session, swerve_cache, tmp_path):
+    path = train(small(tmp_path, swerve_cache, "sync", "trainer.total_steps=2", "rollout.mode=sync",
+                       "rollout.max_staleness=3"))
+    got = rows(path)
+    assert [r["policy_version"] for r in got] == [1, 2]
+    assert all(r["staleness_max"] == 0 for r in got)  # every trained token came from the version it trains
