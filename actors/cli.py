@@ -50,6 +50,16 @@ def _sft(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    """pass@k of the policy (model.path) on a stratified subset of tasks; writes eval.json."""
+    from actors.evaluate import evaluate, table
+
+    report = evaluate(load_config(args.config, args.overrides))
+    print(table(report))
+    print(f"[swerve] eval done: {report['out_dir']}/eval.json, predictions.jsonl")
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from actors.status import main_status
 
@@ -81,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     sft.add_argument("--data", help="traces file (sft.data)")
     sft.add_argument("--out", help="output HF model directory (sft.out_dir)")
     sft.set_defaults(func=_sft)
+    evaluate = with_config(sub.add_parser("eval", help="pass@k on a stratified task subset; writes eval.json"))
+    evaluate.set_defaults(func=_eval)
     status = with_config(sub.add_parser("status", help="live books of a running job (run.name=NAME)"))
     status.add_argument("--address", default="", help="Ray cluster address (default: RAY_ADDRESS or auto)")
     status.add_argument("--json", action="store_true", help="print one JSON object")

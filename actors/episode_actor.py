@@ -80,7 +80,7 @@ class EpisodeActor:
         for turn in range(self.cfg.max_turns):
             room = self.cfg.max_total_tokens - len(conv.token_ids)
             if room <= 0:
-                return  # token cap: stays TRUNCATED
+                break  # token cap: stays TRUNCATED
             request = SampleRequest(list(conv.token_ids), min(self.cfg.max_tokens_per_turn, room),
                                     self.cfg.temperature, self.cfg.top_p, self.stop_ids,
                                     seed=(work.seed * 1009 + turn) % 2**31)
@@ -91,10 +91,18 @@ class EpisodeActor:
             if terminated or truncated:
                 traj.reward = float(reward)
                 traj.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
+                traj.model_patch = info["model_patch"] if "model_patch" in info else self._model_patch()
                 return
             if time.monotonic() > deadline:
-                return  # time cap: stays TRUNCATED
+                break  # time cap: stays TRUNCATED
             conv.append_observation(obs)
+        # A cap ended the episode (turn, token or time): still record the workspace's change.
+        traj.model_patch = self._model_patch()
+
+    def _model_patch(self) -> str:
+        """The env's final workspace diff when it offers one (SWEEnv.model_patch), else ""."""
+        capture = getattr(self.env.unwrapped, "model_patch", None)
+        return capture() if callable(capture) else ""
 
     @staticmethod
     def _mark_infra(traj: Trajectory, source: InfraSource, message: str) -> None:

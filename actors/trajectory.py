@@ -38,6 +38,9 @@ class Trajectory:
     finished_s: float = 0.0
     sandbox_start_s: Optional[float] = None
     messages: list[dict] = field(default_factory=list)
+    # The attempt's final workspace change as a unified diff (SWE-bench `model_patch`); "" when
+    # the env reports none.
+    model_patch: str = ""
 
     @property
     def is_infra_error(self) -> bool:

@@ -221,6 +221,10 @@ class SandboxConfig:
     e2b_timeout_s: int = 300
     # Outbound internet for E2B sandboxes: off, like the local and docker backends.
     e2b_allow_internet: bool = False
+    # vCPUs of one sandbox (the reference run: 2). E2B fixes CPU and memory in the template
+    # (`e2b template build --cpu-count 2 --memory-mb 4096`), so this records the recipe and feeds
+    # the placement plan (actors/placement_plan.py); no backend enforces it yet. 0 = unspecified.
+    vcpus: int = 0
     # Image for docker leases of tasks without an image of their own.
     docker_image: str = "python:3.11-slim"
     # User commands run as inside the container ("" keeps the image's user).
@@ -229,9 +233,19 @@ class SandboxConfig:
 
 @dataclass
 class EvalConfig:
+    # Attempts per task (pass@k is reported for k = 1..attempts).
     attempts: int = 4
+    # Split of tasks.source evaluated ("all": every task of the source).
     split: str = "eval"
     temperature: float = 0.3
+    # Tasks evaluated: a subset stratified by Task.stratum (proportional), 0 = every task.
+    num_tasks: int = 0
+    # Seeds the stratified subset and the attempts' sampling seeds.
+    seed: int = 0
+    # Where eval.json and predictions.jsonl go; "" = runs/<run.name>/ (run.dir).
+    out_dir: str = ""
+    # `model_name_or_path` in predictions.jsonl; "" = model.path (or "swerve-tiny").
+    model_name: str = ""
 
 
 @dataclass

@@ -253,7 +253,7 @@ def test_weight_broadcast_protocol_over_gloo(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="gpu")
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="gpu: NCCL weight broadcast needs two CUDA GPUs")
 def test_weight_broadcast_over_nccl(tmp_path):
     # NCCL refuses two ranks on one device, so this needs two GPUs (trainer 0, engine 1).
     _broadcast_roundtrip("nccl", tmp_path)

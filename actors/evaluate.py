@@ -1,0 +1,260 @@
+"""`swerve eval`: pass@k of the configured policy on a stratified subset of tasks.
+
+Each task gets `eval.attempts` scored attempts at `eval.temperature`, run by episode actors on
+local Ray (engines from `EngineSet`, one sandbox lease per episode actor) that take their work
+from an `EvalQueue`. An attempt that ends in infra_error is re-run (up to
+rollout.max_infra_retries times) and never scored; one that still fails is counted as an
+infra_error and left out of its task's n. Writes `eval.json` (pass@1, unbiased pass@k for
+k = 1..attempts, per-stratum table, outcome mix) and SWE-bench's `predictions.jsonl`
+(instance_id, model_name_or_path, model_patch: the first scored attempt's final diff).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import random
+import time
+from math import comb
+from pathlib import Path
+from typing import Optional, Sequence
+
+from actors.sample_collector import STOP
+from actors.trajectory import Trajectory, WorkItem
+from configs import Config
+from envs.outcomes import Outcome
+
+OUTCOMES = tuple(o.value for o in Outcome)
+
+
+# -- scoring -------------------------------------------------------------------------------
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one task with n scored attempts, c of them resolved:
+    1 - C(n-c, k) / C(n, k) (Chen et al. 2021). Needs 1 <= k <= n."""
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n (n={n})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def mean_pass_at_k(counts: Sequence[tuple[int, int]], k: int) -> Optional[float]:
+    """Mean pass@k over tasks given (n, c) each; tasks with fewer than k scored attempts are
+    left out (None when none has k)."""
+    values = [pass_at_k(n, c, k) for n, c in counts if n >= k]
+    return sum(values) / len(values) if values else None
+
+
+# -- task subset ---------------------------------------------------------------------------
+def stratified_subset(tasks: Sequence, num_tasks: int, seed: int) -> list:
+    """`num_tasks` tasks drawn per stratum in proportion to its size (largest remainder, ties
+    by stratum name), the same for the same seed; 0 or >= len(tasks) keeps every task.
+    Returned sorted by id."""
+    tasks = sorted(tasks, key=lambda t: t.id)
+    if num_tasks <= 0 or num_tasks >= len(tasks):
+        return tasks
+    strata: dict[str, list] = collections.defaultdict(list)
+    for task in tasks:
+        strata[task.stratum or ""].append(task)
+    names = sorted(strata)
+    exact = {s: num_tasks * len(strata[s]) / len(tasks) for s in names}
+    quota = {s: int(exact[s]) for s in names}
+    by_remainder = sorted(names, key=lambda s: (-(exact[s] - quota[s]), -len(strata[s]), s))
+    for s in by_remainder[: num_tasks - sum(quota.values())]:
+        quota[s] += 1
+    picked = []
+    for s in names:
+        rng = random.Random(f"{seed}/{s}")
+        picked.extend(rng.sample(strata[s], quota[s]))
+    return sorted(picked, key=lambda t: t.id)
+
+
+# -- work queue ----------------------------------------------------------------------------
+class EvalQueue:
+    """Hands out every (task, attempt) once, re-runs infra errors (bounded), keeps the results.
+
+    Speaks the collector protocol EpisodeActor.run() uses: acquire(worker) -> WorkItem | None |
+    "stop", submit(trajectory)."""
+
+    def __init__(self, tasks: Sequence, attempts: int, max_infra_retries: int, seed: int):
+        rng = random.Random(seed)
+        self.pending = collections.deque(
+            WorkItem(task, task.id, g, member, 0, 0, rng.randrange(2**31))
+            for g, task in enumerate(tasks) for member in range(attempts))
+        self.total = len(self.pending)
+        self.max_infra_retries = max_infra_retries
+        self.in_flight: dict[tuple, WorkItem] = {}
+        self.final: list[Trajectory] = []  # one per (task, attempt): scored, or infra after retries
+        self.infra_reruns = 0
+        self._rng = rng
+
+    def acquire(self, worker: str = "") -> Optional[WorkItem] | str:
+        if self.pending:
+            item = self.pending.popleft()
+            self.in_flight[(item.group_id, item.member, item.attempt)] = item
+            return item
+        return STOP if not self.in_flight else None
+
+    def submit(self, traj: Trajectory) -> None:
+        item = self.in_flight.pop((traj.group_id, traj.member, traj.attempt))
+        if traj.is_infra_error and traj.attempt < self.max_infra_retries:
+            self.infra_reruns += 1
+            self.pending.appendleft(dataclasses.replace(item, attempt=item.attempt + 1,
+                                                        seed=self._rng.randrange(2**31)))
+            return
+        traj.token_ids, traj.loss_mask, traj.logprobs, traj.versions = [], [], [], []  # not needed here
+        self.final.append(traj)
+
+    def progress(self) -> dict:
+        return {"done": len(self.final), "total": self.total, "in_flight": len(self.in_flight),
+                "infra_reruns": self.infra_reruns}
+
+    def results(self) -> list[Trajectory]:
+        return list(self.final)
+
+
+# -- report --------------------------------------------------------------------------------
+def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int) -> dict:
+    """eval.json's numbers from the final trajectories (infra errors counted, never scored)."""
+    by_task: dict[str, list[Trajectory]] = collections.defaultdict(list)
+    for traj in trajectories:
+        by_task[traj.task_id].append(traj)
+    outcome_mix = collections.Counter({o: 0 for o in OUTCOMES})
+    per_task, counts, strata = [], [], collections.defaultdict(list)
+    for task in tasks:
+        trajs = sorted(by_task.get(task.id, []), key=lambda t: t.member)
+        outcome_mix.update(t.outcome for t in trajs)
+        scored = [t for t in trajs if not t.is_infra_error]
+        n, c = len(scored), sum(t.outcome == Outcome.RESOLVED.value for t in scored)
+        counts.append((n, c))
+        strata[task.stratum or ""].append((n, c))
+        per_task.append({"task_id": task.id, "stratum": task.stratum, "n": n, "resolved": c,
+                         "infra_error": len(trajs) - n, "outcomes": [t.outcome for t in trajs]})
+    ks = range(1, attempts + 1)
+    scored_total = sum(n for n, _ in counts)
+    return {
+        "num_tasks": len(tasks),
+        "attempts": attempts,
+        "scored_attempts": scored_total,
+        # pass@1 = mean over tasks of (resolved / scored attempts) = mean_pass_at_k(k=1).
+        "pass@1": mean_pass_at_k(counts, 1),
+        "pass@k": {str(k): mean_pass_at_k(counts, k) for k in ks},
+        "tasks_scored_for_k": {str(k): sum(n >= k for n, _ in counts) for k in ks},
+        "resolved_attempts": sum(c for _, c in counts),
+        "outcome_mix": dict(outcome_mix),
+        "per_stratum": {s: {"tasks": len(v), "scored_attempts": sum(n for n, _ in v),
+                            "resolved_attempts": sum(c for _, c in v), "pass@1": mean_pass_at_k(v, 1)}
+                        for s, v in sorted(strata.items())},
+        "per_task": per_task,
+    }
+
+
+def predictions(tasks: Sequence, trajectories: Sequence[Trajectory], model_name: str) -> list[dict]:
+    """One SWE-bench prediction per task: the first scored attempt's patch (else the first's)."""
+    rows = []
+    for task in tasks:
+        trajs = sorted((t for t in trajectories if t.task_id == task.id), key=lambda t: t.member)
+        pick = next((t for t in trajs if not t.is_infra_error), trajs[0] if trajs else None)
+        rows.append({"instance_id": task.id, "model_name_or_path": model_name,
+                     "model_patch": pick.model_patch if pick else ""})
+    return rows
+
+
+def _fmt(value: Optional[float]) -> str:
+    return "  n/a" if value is None else f"{100 * value:5.1f}%"
+
+
+def table(report: dict) -> str:
+    lines = [f"eval: {report['num_tasks']} tasks x {report['attempts']} attempts "
+             f"({report['scored_attempts']} scored, {report['infra_reruns']} infra re-runs)"]
+    lines.append("  " + "  ".join(f"pass@{k} {_fmt(v)}" for k, v in report["pass@k"].items()))
+    lines.append(f"  {'stratum':<16}{'tasks':>6}{'scored':>8}{'resolved':>10}{'pass@1':>9}")
+    for name, row in report["per_stratum"].items():
+        lines.append(f"  {name or '-':<16}{row['tasks']:>6}{row['scored_attempts']:>8}"
+                     f"{row['resolved_attempts']:>10}{_fmt(row['pass@1']):>9}")
+    lines.append("  outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcome_mix"].items()))
+    return "\n".join(lines)
+
+
+# -- the run -------------------------------------------------------------------------------
+def out_dir(cfg: Config) -> Path:
+    path = Path(cfg.eval.out_dir or Path(cfg.run.dir) / cfg.run.name).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def evaluate(cfg: Config) -> dict:
+    """Run the evaluation described by cfg.eval on local Ray; returns eval.json's content."""
+    import ray
+
+    from actors.engine_router import EngineRouter
+    from actors.engine_set import EngineSet
+    from actors.launch import init_ray, namespace
+    from actors.remote import NamedEngines, Proxy, RemoteEpisode, SandboxLease, engine_call
+    from envs.tasks import load_tasks
+    from policies.model import ensure_model
+    from policies.tokenizer import ensure_tokenizer
+
+    if cfg.eval.attempts < 1:
+        raise ValueError(f"eval.attempts is {cfg.eval.attempts}; it must be at least 1")
+    started = time.time()
+    tasks = stratified_subset(load_tasks(cfg.tasks.source, cfg.eval.split, cfg.tasks.ids, cfg.tasks.format),
+                              cfg.eval.num_tasks, cfg.eval.seed)
+    if not tasks:
+        raise ValueError(f"no tasks in {cfg.tasks.source!r}, split {cfg.eval.split!r}")
+    dest = out_dir(cfg)
+    init_ray(cfg)
+    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
+    model_path = ensure_model(cfg.model, tokenizer_path)
+    ns = f"{namespace(cfg)}-eval"  # apart from a training run of the same name
+    rollout = dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature)
+    queue = ray.remote(EvalQueue).options(name="eval-queue", namespace=ns, num_cpus=0).remote(
+        tasks, cfg.eval.attempts, cfg.rollout.max_infra_retries, cfg.eval.seed)
+    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource).start()
+    num_actors = min(cfg.rollout.num_episode_actors, len(tasks) * cfg.eval.attempts)
+    episodes = []
+    try:
+        episodes = [
+            RemoteEpisode.options(name=f"eval-episode-{i}", namespace=ns, num_cpus=0).remote(
+                i, rollout, cfg.env, tokenizer_path,
+                EngineRouter(engine_set.handles, engine_call, cfg.faults.llm_error_rate,
+                             seed=cfg.eval.seed * 7919 + i, lookup=NamedEngines(ns)),
+                Proxy(queue),
+                SandboxLease(i, cfg.sandbox, cfg.faults, ns, seed=cfg.eval.seed * 104729 + i,
+                             resource=cfg.ray.sandbox_resource))
+            for i in range(num_actors)]
+        runs = [e.run.remote() for e in episodes]
+        next_status = time.monotonic() + cfg.run.status_interval_s
+        while True:
+            done, _ = ray.wait(runs, num_returns=len(runs), timeout=cfg.rollout.poll_interval_s * 10)
+            if len(done) == len(runs):
+                ray.get(done)  # an episode loop that crashed surfaces here
+                break
+            engine_set.maybe_replace_dead()
+            if time.monotonic() >= next_status:
+                p = ray.get(queue.progress.remote())
+                print(f"[swerve] eval: {p['done']}/{p['total']} attempts done, {p['in_flight']} running, "
+                      f"{p['infra_reruns']} infra re-runs", flush=True)
+                next_status += cfg.run.status_interval_s
+        trajectories = ray.get(queue.results.remote())
+        progress = ray.get(queue.progress.remote())
+    finally:
+        for actor in [*episodes, queue, *engine_set.handles]:
+            ray.kill(actor)
+    model_name = cfg.eval.model_name or cfg.model.path or "swerve-tiny"
+    report = {
+        "model_name_or_path": model_name,
+        "tasks_source": cfg.tasks.source,
+        "split": cfg.eval.split,
+        "temperature": cfg.eval.temperature,
+        "seed": cfg.eval.seed,
+        **summarize(tasks, trajectories, cfg.eval.attempts),
+        "infra_reruns": progress["infra_reruns"],
+        "wall_s": round(time.time() - started, 2),
+    }
+    (dest / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
+    with (dest / "predictions.jsonl").open("w") as f:
+        for row in predictions(tasks, trajectories, model_name):
+            f.write(json.dumps(row) + "\n")
+    report["out_dir"] = str(dest)
+    return report

@@ -1,0 +1,96 @@
+import json
+import re
+
+import pytest
+
+from envs.expert import main, minimal_edit, parse_gold_patch, sed_fix_command, write_traces
+from envs.tasks import load_tasks
+from policies.actions import COMMAND, SUBMIT, parse_action
+from policies.sft import read_traces
+
+TASK_IDS = ["datekit-006", "textkit-003", "vecmath-008"]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("expert")
+    out = tmp / "traces.jsonl"
+    tasks = load_tasks("builtin", "train", TASK_IDS)
+    counts = write_traces(str(out), tasks, n_per_task=2, seed=0, recovery_rate=0.5,
+                          env_kwargs={"sandbox": {"workdir_root": str(tmp)}})
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return counts, rows, str(out)
+
+
+def test_parse_gold_patch_finds_the_buggy_line():
+    task = load_tasks("builtin", "train", ["textkit-003"])[0]
+    fix = parse_gold_patch(task.gold_patch)
+    lines = open(f"{task.workspace_dir}/{fix.path}").read().splitlines()
+    assert lines[fix.line_no - 1] == fix.buggy
+    assert fix.buggy.strip() == "if len(text) < width:"
+    assert fix.fixed.strip() == "if len(text) <= width:"
+
+
+@pytest.mark.parametrize("line,target,old,new", [
+    ("    if len(text) < width:", "    if len(text) <= width:", "< width", "<= width"),
+    ("    if char.isupper() and index > 1:", "    if char.isupper() and index > 0:", "1:", "0:"),
+    ("    return (32 - fahrenheit) * 5 / 9", "    return (fahrenheit - 32) * 5 / 9",
+     "32 - fahrenheit", "fahrenheit - 32"),
+])
+def test_minimal_edit_is_short_and_first_occurrence(line, target, old, new):
+    assert minimal_edit(line, target) == (old, new)
+    assert line.replace(old, new, 1) == target
+
+
+def test_sed_command_escapes_regex_characters():
+    command = sed_fix_command("textkit/count.py", 26, "    return ranked[:n - 1]]", "    return ranked[:n]]")
+    assert command == "sed -i '26s/n - 1\\]/n]/' textkit/count.py"
+
+
+def test_every_trace_resolves_and_parses(traces):
+    counts, rows, _ = traces
+    assert counts["tasks"] == 3
+    assert counts["traces"] == counts["resolved"] == len(rows) == 6
+    assert {row["task_id"] for row in rows} == set(TASK_IDS)
+    for row in rows:
+        assert row["resolved"] is True
+        messages = row["messages"]
+        assert [m["role"] for m in messages[:2]] == ["system", "user"]
+        assistant = [m["content"] for m in messages if m["role"] == "assistant"]
+        kinds = [parse_action(reply).kind for reply in assistant]
+        assert all(kind == COMMAND for kind in kinds[:-1]) and kinds[-1] == SUBMIT
+        assert any(re.search(r"sed -i '\d+s/", reply) for reply in assistant)
+        # Roles alternate assistant / user (observation) after the problem statement.
+        assert [m["role"] for m in messages[2:]] == ["assistant", "user"] * len(assistant)
+        assert messages[-1]["content"].startswith("resolved")
+
+
+def test_some_traces_recover_from_a_failing_test(traces):
+    counts, rows, _ = traces
+    assert counts["with_recovery"] >= 1
+    recovered = [row for row in rows if row["recovery"]]
+    assert len(recovered) == counts["with_recovery"]
+    for row in recovered:
+        observations = [m["content"] for m in row["messages"][3::2]]
+        test_runs = [obs for obs, reply in zip(observations, row["messages"][2::2])
+                     if "pytest" in reply["content"]]
+        failing = [i for i, obs in enumerate(test_runs) if not obs.startswith("exit code: 0")]
+        passing = [i for i, obs in enumerate(test_runs) if obs.startswith("exit code: 0")]
+        assert failing and passing and max(passing) > min(failing)
+        edits = [m["content"] for m in row["messages"][2::2] if "sed -i" in m["content"]]
+        assert len(edits) == 2
+
+
+def test_file_loads_with_read_traces(traces):
+    _, rows, path = traces
+    loaded, skipped = read_traces(path, filter_resolved=True)
+    assert skipped == 0 and len(loaded) == len(rows)
+
+
+def test_main_writes_traces(tmp_path, capsys):
+    out = tmp_path / "one.jsonl"
+    assert main(["--out", str(out), "-n", "1", "--ids", "textkit-003", "--no-think"]) == 0
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert counts["traces"] == 1
+    row = json.loads(out.read_text())
+    assert row["messages"][2]["content"].startswith("```bash\n")
