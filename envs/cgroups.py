@@ -39,7 +39,7 @@ def _write(path: Path, value: str) -> None:
         handle.write(value)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -205,7 +205,7 @@ def _sweep_stale(parent: Path) -> None:
         if not entry.name.startswith(NAME_PREFIX) or not entry.is_dir():
             continue
         owner = entry.name[len(NAME_PREFIX):].split("-", 1)[0]
-        if owner.isdigit() and not _pid_alive(int(owner)):
+        if owner.isdigit() and not pid_alive(int(owner)):
             stale = LeaseCgroup({"stale": entry}, version=0)
             for pid in stale.pids():
                 try:

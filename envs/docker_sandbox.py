@@ -26,6 +26,7 @@ import weakref
 from typing import List, Optional
 
 from configs.schema import SandboxConfig
+from envs.cgroups import pid_alive
 from envs.container_sandbox import CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, pristine_path, restore_script, workspace_path
 from envs.outcomes import InfraError, InfraSource
 from envs.process import TIMEOUT_EXIT_CODE, run_process
@@ -227,15 +228,5 @@ class DockerSandbox:
         )
         for line in listing.splitlines():
             cid, _, owner = line.partition(" ")
-            if owner.isdigit() and not _pid_alive(int(owner)):
+            if owner.isdigit() and not pid_alive(int(owner)):
                 self._cli([self._docker, "rm", "-f", cid], "remove a dead owner's container", check=False)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

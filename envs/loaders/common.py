@@ -214,3 +214,28 @@ def build_dir_once(final_dir: Path, build: Callable[[Path], None]) -> Path:
 
 def skip(where: str, row: Any, error: RowError) -> SkippedRow:
     return SkippedRow(row=label(where, row), field=error.field, reason=error.reason)
+
+
+def collect_rows(path: Path, row_to_task: Callable[[dict], Any], split: str, ids: Sequence[str]):
+    """Every row of path through row_to_task: bad and duplicate rows skipped (named), the rest
+    kept when they match split/ids. Returns a TaskSet."""
+    from envs.tasks import TaskSet
+
+    result = TaskSet()
+    seen: dict = {}
+    for where, row in read_rows(path):
+        try:
+            if isinstance(row, RowError):
+                raise row
+            task = row_to_task(row)
+        except RowError as error:
+            result.skipped.append(skip(where, row, error))
+            continue
+        if task.id in seen:
+            result.skipped.append(SkippedRow(f"{where} ({task.id})", "instance_id", f"duplicate of {seen[task.id]}"))
+            continue
+        seen[task.id] = where
+        result.splits.add(task.split)
+        if selected(task.split, task.id, split, ids):
+            result.tasks.append(task)
+    return result

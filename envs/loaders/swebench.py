@@ -18,9 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from envs.loaders.common import (RowError, optional_str, read_rows, require_str, row_split, selected,
-                                 skip, test_list)
-from envs.tasks import SkippedRow, Task, TaskSet
+from envs.loaders.common import RowError, collect_rows, optional_str, require_str, row_split, test_list
+from envs.tasks import Task, TaskSet
 
 FORMAT = "swebench"
 IMAGE_TEMPLATE = "swebench/sweb.eval.x86_64.{}:latest"
@@ -61,21 +60,4 @@ def row_to_task(row: dict) -> Task:
 
 
 def load(source: str, split: str, ids: Sequence[str]) -> TaskSet:
-    result = TaskSet()
-    seen: dict = {}
-    for where, row in read_rows(Path(source).expanduser()):
-        try:
-            if isinstance(row, RowError):
-                raise row
-            task = row_to_task(row)
-        except RowError as error:
-            result.skipped.append(skip(where, row, error))
-            continue
-        if task.id in seen:
-            result.skipped.append(SkippedRow(f"{where} ({task.id})", "instance_id", f"duplicate of {seen[task.id]}"))
-            continue
-        seen[task.id] = where
-        result.splits.add(task.split)
-        if selected(task.split, task.id, split, ids):
-            result.tasks.append(task)
-    return result
+    return collect_rows(Path(source).expanduser(), row_to_task, split, ids)

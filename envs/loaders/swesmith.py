@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Sequence
 
-from envs.loaders.common import (PYTEST_COMMAND, RowError, build_dir_once, cache_root, optional_str, read_rows,
-                                 require_str, reverse_patch, row_split, selected, skip, test_list, tree_hash)
-from envs.tasks import SkippedRow, Task, TaskSet
+from envs.loaders.common import (PYTEST_COMMAND, RowError, build_dir_once, cache_root, collect_rows, optional_str,
+                                 require_str, reverse_patch, row_split, selected, test_list, tree_hash)
+from envs.tasks import Task, TaskSet
 
 FORMAT = "swesmith"
 TEST_COMMAND = PYTEST_COMMAND
@@ -166,21 +166,4 @@ def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Tas
 def load(source: str, split: str, ids: Sequence[str]) -> TaskSet:
     path = Path(source).expanduser()
     repos = _Repos(path if path.is_dir() else path.parent)
-    result = TaskSet()
-    seen: dict = {}
-    for where, row in read_rows(path):
-        try:
-            if isinstance(row, RowError):
-                raise row
-            task = row_to_task(row, repos, split, ids)
-        except RowError as error:
-            result.skipped.append(skip(where, row, error))
-            continue
-        if task.id in seen:
-            result.skipped.append(SkippedRow(f"{where} ({task.id})", "instance_id", f"duplicate of {seen[task.id]}"))
-            continue
-        seen[task.id] = where
-        result.splits.add(task.split)
-        if selected(task.split, task.id, split, ids):
-            result.tasks.append(task)
-    return result
+    return collect_rows(path, lambda row: row_to_task(row, repos, split, ids), split, ids)
