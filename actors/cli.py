@@ -60,6 +60,13 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pipeline(args: argparse.Namespace) -> int:
+    from actors.pipeline import run_pipeline
+
+    run_pipeline(load_config(args.config, args.overrides))
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from actors.status import main_status
 
@@ -93,6 +100,8 @@ def parser() -> argparse.ArgumentParser:
     sft.set_defaults(func=_sft)
     evaluate = with_config(sub.add_parser("eval", help="pass@k on a stratified task subset; writes eval.json"))
     evaluate.set_defaults(func=_eval)
+    with_config(sub.add_parser("pipeline", help="base eval -> SFT on expert traces -> async GRPO -> eval")
+                ).set_defaults(func=_pipeline)
     status = with_config(sub.add_parser("status", help="live books of a running job (run.name=NAME)"))
     status.add_argument("--address", default="", help="Ray cluster address (default: RAY_ADDRESS or auto)")
     status.add_argument("--json", action="store_true", help="print one JSON object")

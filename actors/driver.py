@@ -112,6 +112,8 @@ def train(cfg: Config) -> Path:
             if step == cfg.trainer.total_steps or (interval and step % interval == 0):
                 save_run_checkpoint(fleet, run_dir.checkpoints, step)
                 write_plots(run_dir.rows(), run_dir.path)
+        # The trained policy as an HF directory: what `swerve eval` and the engines load.
+        ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])
         results = shutdown(fleet, grace_s=cfg.rollout.max_episode_seconds)
         accounting = ray.get(fleet.collector.accounting.remote())
         run_dir.write_accounting({**accounting, "episode_actors": results, "tasks_skipped_quarantined": quarantined})

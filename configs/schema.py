@@ -269,6 +269,14 @@ class FaultsConfig:
 
 
 @dataclass
+class PipelineConfig:
+    # Expert traces written per training task for the SFT stage.
+    traces_per_task: int = 2
+    # Stages run by `swerve pipeline`, in order.
+    stages: List[str] = field(default_factory=lambda: ["base", "sft", "rl"])
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -283,3 +291,4 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
