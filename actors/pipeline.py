@@ -45,7 +45,9 @@ def run_pipeline(cfg: Config) -> dict:
         if stage == "sft":
             traces = root / "sft" / "traces.jsonl"
             traces.parent.mkdir(parents=True, exist_ok=True)
-            counts = write_traces(str(traces), load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids),
+            train_tasks = load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)
+            train_tasks = train_tasks[: cfg.pipeline.trace_tasks or len(train_tasks)]
+            counts = write_traces(str(traces), train_tasks,
                                   n_per_task=cfg.pipeline.traces_per_task, seed=cfg.run.seed,
                                   system_prompt=cfg.env.system_prompt)
             print(f"[swerve] pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)",

@@ -272,6 +272,8 @@ class FaultsConfig:
 class PipelineConfig:
     # Expert traces written per training task for the SFT stage.
     traces_per_task: int = 2
+    # Training tasks (first by id) that get expert traces; 0 = every task of tasks.split.
+    trace_tasks: int = 0
     # Stages run by `swerve pipeline`, in order.
     stages: List[str] = field(default_factory=lambda: ["base", "sft", "rl"])
 
