@@ -77,7 +77,8 @@ def _die_with_parent() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
-        pass
+        # No glibc (e.g. musl): close() and the actor's exit still end the server's process group.
+        return
 
 
 class ServerProcess:
@@ -234,8 +235,8 @@ class EngineActor:
     def __del__(self):
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
-            pass
+        except Exception:  # noqa: BLE001 - at interpreter exit; logged, not raised from a finalizer
+            log.exception("closing an engine server at interpreter exit failed")
 
     def ping(self) -> bool:
         return self.server.alive()

@@ -25,6 +25,8 @@ refused by the caller (`check_prompt`), generation stops at the cap with a "leng
 """
 from __future__ import annotations
 
+import logging
+
 import collections
 import concurrent.futures
 import threading
@@ -38,6 +40,8 @@ from transformers import DynamicCache, PreTrainedModel
 
 from policies.sampler import _cache_kwarg, make_generator, sample_token
 from policies.server import protocol
+
+log = logging.getLogger(__name__)
 
 
 class PromptTooLong(ValueError):
@@ -464,8 +468,8 @@ class Scheduler:
         if request.on_done is not None:
             try:
                 request.on_done(request)
-            except Exception:  # a broken callback must not kill the scheduler
-                pass
+            except Exception:  # a broken callback must not kill the scheduler; it is logged
+                log.exception("on_done callback of request %s failed", request.rid)
 
     def _abort(self, rid: str, abort_all: bool, message: str) -> int:
         aborted = 0
