@@ -22,7 +22,7 @@ COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "in
 
 
 class AccountingError(RuntimeError):
-    pass
+    """The books do not balance, or a trajectory would be counted or trained twice: the run stops."""
 
 
 @dataclass

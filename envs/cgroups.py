@@ -211,11 +211,11 @@ def _sweep_stale(parent: Path) -> None:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
-                    pass
+                    continue  # exited between listing and kill
             try:
                 entry.rmdir()
-            except OSError:
-                pass
+            except OSError as error:
+                log.warning("could not remove stale cgroup %s: %s", entry, error)
 
 
 def cgroups_unavailable_reason() -> Optional[str]:

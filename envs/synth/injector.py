@@ -58,7 +58,7 @@ NON_SOURCE_FILES = {"conftest.py", "setup.py", "noxfile.py", "tasks.py", "fabfil
 
 
 class SynthError(RuntimeError):
-    pass
+    """The repository cannot be used for synthesis (e.g. no test passes at baseline)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
+        return  # the group already exited: nothing is left to kill
 
 
 def run_pytest(workdir: Path, timeout_s: float, *, python: str | None = None,

@@ -491,7 +491,7 @@ def serve(model_path: str, host: str = "127.0.0.1", port: int = 30000,
             try:
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
-                pass
+                continue  # not the main thread (in-thread server): its owner stops it
         await stop.wait()
         await runner.cleanup()
 

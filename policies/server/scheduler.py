@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 
 class PromptTooLong(ValueError):
-    pass
+    """The prompt alone reaches max_context_tokens; answered with HTTP 400 naming the limit."""
 
 
 @dataclass
