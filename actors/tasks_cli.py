@@ -92,8 +92,8 @@ def _yes_no(value) -> str:
 
 
 def _task_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--source", help="'builtin' or a path to a task file/directory (overrides tasks.source)")
-    p.add_argument("--format", help="swebench | swesmith | harbor | builtin; default: detect (overrides tasks.format)")
+    p.add_argument("--source", help="'builtin', 'micro' or a path to a task file/directory (overrides tasks.source)")
+    p.add_argument("--format", help="swebench | swesmith | harbor | builtin | micro; default: detect (overrides tasks.format)")
     p.add_argument("--split", help="split to select, or 'all' (overrides tasks.split)")
     return p
 

@@ -175,7 +175,8 @@ class EnvConfig:
 
 @dataclass
 class TasksConfig:
-    # "builtin", or a path to a task file or directory (SWE-bench / SWE-smith rows, Harbor tasks).
+    # "builtin" (hand-written suite), "micro" (generated one-function tasks for tiny models), or a
+    # path to a task file or directory (SWE-bench / SWE-smith rows, Harbor tasks).
     source: str = "builtin"
     # Format of a path source; "" detects it from the path.
     format: str = ""

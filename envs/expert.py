@@ -2,7 +2,8 @@
 
 The expert reads a task's gold patch (a one-line edit) and acts like an agent: run the failing
 tests, look at the function with `grep -n -A`, fix the line with a short line-addressed
-`sed -i 'Ns/old/new/' file`, re-run the tests, `submit`. A seeded fraction of traces includes a
+`sed -i 'Ns/old/new/' file` (or `sed -i 's/old/new/' file` when the issue names the edit),
+re-run the tests, `submit`. A seeded fraction of traces includes a
 failure and its recovery (LEARNING.md): a plausible wrong edit, the failing test output,
 re-inspection of the line, the correct fix, passing tests, submit.
 
@@ -153,6 +154,18 @@ def sed_fix_command(path: str, line_no: int, line: str, target: str) -> str:
     return f"sed -i '{_shell_quote_body(body)}' {path}"
 
 
+def issue_edit(task: Task, fix: Fix, lines: list[str]) -> Optional[str]:
+    """`sed -i 's/old/new/' file` when the issue itself says `old` should be `new` and `old`
+    occurs once in the file: an agent copies the edit from the issue instead of a line number."""
+    old, new = minimal_edit(fix.buggy, fix.fixed)
+    statement = task.problem_statement
+    if f"`{old}`" not in statement or f"`{new}`" not in statement:
+        return None
+    if sum(line.count(old) for line in lines) != 1:
+        return None
+    return f"sed -i '{_shell_quote_body(f's/{_sed_regex(old)}/{_sed_repl(new)}/')}' {fix.path}"
+
+
 def _reply(thought: str, command: str, think: bool) -> str:
     block = f"```bash\n{command}\n```"
     return f"{thought}\n{block}" if think and thought else block
@@ -221,6 +234,7 @@ _THOUGHTS = {
     "test": ["Run the failing tests first.", "Reproduce the bug with the tests."],
     "inspect": ["Look at the function from the issue.", "Find the function in the source."],
     "fix": ["Fix line {n}.", "Edit line {n} as the issue says."],
+    "issue_fix": ["Apply the edit from the issue.", "Make the change the issue suggests."],
     "wrong": ["Try changing line {n}.", "Line {n} looks wrong; edit it."],
     "retest": ["Run the tests again.", "Check the fix with the tests."],
     "reinspect": ["Still failing; look at line {n} again.", "The tests fail; re-read line {n}."],
@@ -233,7 +247,8 @@ def plan_trace(task: Task, rng: random.Random, wrong: Optional[str], think: bool
     fix = parse_gold_patch(task.gold_patch)
     lines = _read_lines(task, fix.path)
     tests = " ".join(_test_files(task))
-    test_cmd = f"python -m pytest -q -x {tests}"
+    # --tb=no: the summary line (test id, assertion) fits a small observation cap.
+    test_cmd = f"python -m pytest -q --tb=no {tests}"
 
     def say(kind: str, command: str) -> tuple[str, str]:
         thought = rng.choice(_THOUGHTS[kind.replace("_fail", "")]).format(n=fix.line_no)
@@ -249,7 +264,11 @@ def plan_trace(task: Task, rng: random.Random, wrong: Optional[str], think: bool
         steps.append(say("reinspect", f"sed -n '{fix.line_no}p' {fix.path}"))
         steps.append(say("fix", sed_fix_command(fix.path, fix.line_no, wrong, fix.fixed)))
     else:
-        steps.append(say("fix", sed_fix_command(fix.path, fix.line_no, fix.buggy, fix.fixed)))
+        from_issue = issue_edit(task, fix, lines)
+        if from_issue:
+            steps.append(("fix", _reply(rng.choice(_THOUGHTS["issue_fix"]), from_issue, think)))
+        else:
+            steps.append(say("fix", sed_fix_command(fix.path, fix.line_no, fix.buggy, fix.fixed)))
     steps.append(say("retest", test_cmd))
     steps.append(say("submit", "submit"))
     return steps

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
 from envs.grader import GradeResult, grade
+from envs.loaders import NAMED_SOURCES
 from envs.outcomes import InfraError
 from envs.sandbox import Sandbox
 from envs.tasks import Task
@@ -116,7 +117,7 @@ def quarantine_path(cfg_tasks) -> Path:
     from envs.loaders.common import cache_root
 
     source = cfg_tasks.source
-    key = source if source == "builtin" else str(Path(source).expanduser().resolve())
+    key = source if source in NAMED_SOURCES else str(Path(source).expanduser().resolve())
     return cache_root() / "quarantine" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 

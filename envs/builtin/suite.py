@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Sequence
+from typing import Callable, List, Sequence
 
 from envs.tasks import Task
 
@@ -64,15 +64,14 @@ def _gold_patch(relative: str, buggy: str, fixed: str) -> str:
     return "".join(diff)
 
 
-def _materialize(row: dict, buggy: str, target: Path) -> None:
-    """Write the buggy workspace to a temporary sibling, then rename it into place (atomic)."""
+def materialize(target: Path, populate: Callable[[Path], None]) -> None:
+    """`populate` a temporary sibling of `target`, then rename it into place (atomic, idempotent)."""
     if target.is_dir():
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     workspace = staging / "workspace"
-    shutil.copytree(REPOS_DIR / row["repo"], workspace, ignore=shutil.ignore_patterns(*_IGNORED))
-    (workspace / row["file"]).write_text(buggy)
+    populate(workspace)
     try:
         os.rename(workspace, target)
     except OSError:
@@ -81,6 +80,14 @@ def _materialize(row: dict, buggy: str, target: Path) -> None:
             raise
     finally:
         shutil.rmtree(staging)
+
+
+def _materialize(row: dict, buggy: str, target: Path) -> None:
+    def populate(workspace: Path) -> None:
+        shutil.copytree(REPOS_DIR / row["repo"], workspace, ignore=shutil.ignore_patterns(*_IGNORED))
+        (workspace / row["file"]).write_text(buggy)
+
+    materialize(target, populate)
 
 
 def _check_repos(suite: dict) -> None:

@@ -3,8 +3,8 @@
 Each loader is `load(source, split, ids) -> TaskSet`: the tasks of `split` ("all" = every
 split) whose id is in `ids` (empty = all), and the malformed rows it skipped.
 
-Detection: "builtin" is the built-in suite; a directory holding task.toml or instruction.md
-(itself or in a subdirectory) is "harbor"; otherwise the rows of the file (or of the
+Detection: "builtin" is the built-in suite and "micro" the generated tasks (envs/micro.py); a
+directory holding task.toml or instruction.md (itself or in a subdirectory) is "harbor"; otherwise the rows of the file (or of the
 .jsonl/.json/.parquet files under the directory) decide: rows with image_name or repo_path
 are "swesmith", rows with test_patch or base_commit are "swebench".
 """
@@ -30,20 +30,32 @@ def load_builtin(source: str, split: str, ids: Sequence[str]) -> TaskSet:
     return TaskSet(tasks=tasks, splits=set(SPLITS))
 
 
+def load_micro(source: str, split: str, ids: Sequence[str]) -> TaskSet:
+    """The generated one-function tasks (splits "train" and "eval"); `source` is ignored."""
+    from envs.micro import SPLIT_SIZES, load_micro as load_generated
+
+    names = tuple(SPLIT_SIZES) if split == ALL_SPLITS else (split,)
+    return TaskSet(tasks=[task for name in names for task in load_generated(name, ids)], splits=set(SPLIT_SIZES))
+
+
 LOADERS: Dict[str, Loader] = {
     "builtin": load_builtin,
+    "micro": load_micro,
     "swebench": swebench.load,
     "swesmith": swesmith.load,
     "harbor": harbor.load,
 }
 
+# Sources that are names, not paths: their loaders generate or ship the tasks themselves.
+NAMED_SOURCES = ("builtin", "micro")
+
 
 def detect_format(source: str) -> str:
-    if source == "builtin":
-        return "builtin"
+    if source in NAMED_SOURCES:
+        return source
     path = Path(source).expanduser()
     if not path.exists():
-        raise ValueError(f"task source {source!r} is neither 'builtin' nor an existing file or directory; "
+        raise ValueError(f"task source {source!r} is neither one of {list(NAMED_SOURCES)} nor an existing file or directory; "
                          f"allowed formats: {sorted(LOADERS)}")
     if path.is_dir() and harbor.task_dirs(path):
         return "harbor"
@@ -61,6 +73,6 @@ def resolve_format(source: str, format: str = "") -> str:
         return detect_format(source)
     if format not in LOADERS:
         raise ValueError(f"unknown task format {format!r}; allowed formats: {sorted(LOADERS)}")
-    if format != "builtin" and not Path(source).expanduser().exists():
+    if format not in NAMED_SOURCES and not Path(source).expanduser().exists():
         raise ValueError(f"task source {source!r} does not exist")
     return format
