@@ -20,7 +20,7 @@ test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 run: setup
-	$(VENV)/bin/swerve train --config configs/default.yaml
+	$(VENV)/bin/swerve pipeline --config configs/default.yaml
 
 clean:
 	rm -rf $(VENV) runs

@@ -4,6 +4,11 @@ Counts are in trajectories (one dispatched attempt of one group member); admissi
 counted in groups (AReaL's capacity rule). Every path keeps the identity
 
     admitted = in_flight + buffered + trained + dropped_stale + infra_excluded + quarantined
+               + filtered_uniform
+
+`filtered_uniform` counts members of groups dropped by dynamic sampling
+(`rollout.drop_uniform_groups`): every member got the same reward, so the group's advantages are
+all zero and it would only dilute the batch; it frees its admission slot for a new group.
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem
 from configs.schema import RolloutConfig
 
 STOP = "stop"
-COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined")
+COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined",
+            "filtered_uniform")
 
 
 class AccountingError(RuntimeError):
@@ -53,6 +59,7 @@ class SampleCollector:
         self.version = 0
         self.counts = {name: 0 for name in COUNTERS}
         self.groups_admitted = 0
+        self.groups_filtered = 0
         self.quarantined_tasks: dict[str, str] = {}
         self._groups: dict[int, _Group] = {}
         self._pending: deque[WorkItem] = deque()
@@ -68,6 +75,10 @@ class SampleCollector:
     def _capacity_groups(self) -> int:
         staleness = 0 if self.cfg.mode == "sync" else self.cfg.max_staleness
         return (staleness + self.version + 1) * self.cfg.groups_per_batch
+
+    def _groups_counted(self) -> int:
+        """Groups that hold admission capacity: filtered ones gave theirs back."""
+        return self.groups_admitted - self.groups_filtered
 
     def _next_task_index(self) -> Optional[int]:
         for _ in range(len(self._tasks) + 1):
@@ -97,7 +108,7 @@ class SampleCollector:
         """Next work item, None when the staleness budget is spent, STOP when the run ends."""
         if self._stopped:
             return STOP
-        if not self._pending and self.groups_admitted < self._capacity_groups():
+        if not self._pending and self._groups_counted() < self._capacity_groups():
             self._admit_group()
         if not self._pending:
             return None
@@ -146,7 +157,19 @@ class SampleCollector:
         self._pending = deque(w for w in self._pending if w.task_id != group.task_id)
 
     # -- batches ----------------------------------------------------------------------
+    def _filter_uniform(self) -> None:
+        """Dynamic sampling: drop complete groups whose members all got the same reward."""
+        for group in [g for g in self._groups.values() if g.complete]:
+            if len({traj.reward for traj in group.members.values()}) > 1:
+                continue
+            del self._groups[group.group_id]
+            self.counts["buffered"] -= len(group.members)
+            self.counts["filtered_uniform"] += len(group.members)
+            self.groups_filtered += 1
+
     def next_batch(self, temperature: float) -> Optional[Batch]:
+        if self.cfg.drop_uniform_groups:
+            self._filter_uniform()
         ready = [g for g in self._groups.values() if g.complete]
         if len(ready) < self.cfg.groups_per_batch:
             return None
@@ -197,6 +220,7 @@ class SampleCollector:
 
         return {
             "version": self.version, "counts": dict(self.counts), "groups_admitted": self.groups_admitted,
+            "groups_filtered": self.groups_filtered,
             "quarantined_tasks": dict(self.quarantined_tasks), "rng": self._rng.getstate(),
             "order": list(self._order), "cursor": self._cursor, "readmitted": self.readmitted,
             "groups": [{"group_id": g.group_id, "task_id": g.task_id, "admitted_version": g.admitted_version,
@@ -213,6 +237,7 @@ class SampleCollector:
         if missing:
             raise ValueError(f"the checkpoint refers to tasks not in this task set: {sorted(missing)[:5]}")
         self.version, self.groups_admitted = state["version"], state["groups_admitted"]
+        self.groups_filtered = state["groups_filtered"]
         self.counts = dict(state["counts"])
         self.quarantined_tasks = dict(state["quarantined_tasks"])
         self._rng.setstate(state["rng"])

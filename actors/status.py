@@ -7,6 +7,7 @@ import ray
 
 from actors.launch import namespace
 from actors.remote import engine_name
+from actors.sample_collector import COUNTERS
 from configs import Config
 
 ENGINE_LOOKUP_LIMIT = 1024
@@ -36,8 +37,7 @@ def format_status(status: dict) -> str:
     acc, batch = status["accounting"], status["last_batch"]
     lines = [
         f"run {status['run']} (namespace {status['namespace']}): policy version {acc['version']}",
-        "accounting: " + " ".join(f"{k}={acc[k]}" for k in ("admitted", "in_flight", "buffered", "trained",
-                                                              "dropped_stale", "infra_excluded", "quarantined"))
+        "accounting: " + " ".join(f"{k}={acc[k]}" for k in COUNTERS)
         + f" identity={'holds' if acc['identity_holds'] else 'BROKEN'}",
         "last batch: " + " ".join(f"{k}={batch.get(k)}" for k in ("reward_mean", "resolved_rate", "truncated_rate",
                                                                     "format_error_rate", "infra_error_rate",

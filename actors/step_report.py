@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 from actors.engine_set import EngineSet
+from actors.sample_collector import COUNTERS as ACCOUNTING
 from actors.trajectory import Batch
-
-ACCOUNTING = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined")
 
 
 def step_metrics(step: int, version: int, step_time_s: float, batch: Batch, update: dict, accounting: dict,

@@ -157,6 +157,10 @@ class RolloutConfig:
     max_episode_seconds: float = 300.0
     max_infra_retries: int = 2
     normalize_advantage_std: bool = False
+    # Dynamic sampling: drop complete groups whose members all got the same reward (zero
+    # advantage, no learning signal) and admit new ones in their place, so every batch holds
+    # `groups_per_batch` groups with mixed rewards. Counted as `filtered_uniform`.
+    drop_uniform_groups: bool = False
     # How long an idle episode actor waits before asking the collector again.
     poll_interval_s: float = 0.05
 

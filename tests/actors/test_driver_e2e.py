@@ -4,15 +4,16 @@ import json
 import pytest
 
 from actors.driver import train
+from actors.sample_collector import COUNTERS
 from configs import load_config
 
-IDENTITY = ("in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined")
+IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
 
 
 @pytest.fixture(scope="module")
 def e2e_run(ray_session, swerve_cache, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs")
-    cfg = load_config("configs/default.yaml", [
+    cfg = load_config("tests/smoke.yaml", [
         f"run.dir={run_dir}", "run.name=e2e", "trainer.total_steps=3", "trainer.num_shards=2",
         "engine.num_engines=2", "rollout.num_episode_actors=4", "rollout.max_staleness=1",
         f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}",
@@ -87,7 +88,7 @@ def test_actors_are_named_and_gone_after_the_run(e2e_run, ray_session):
 
 
 def test_injected_llm_errors_are_excluded_and_rerun(ray_session, swerve_cache, tmp_path):
-    cfg = load_config("configs/default.yaml", [
+    cfg = load_config("tests/smoke.yaml", [
         f"run.dir={tmp_path}", "run.name=faults", "trainer.total_steps=2", "engine.num_engines=1",
         f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
         "rollout.max_tokens_per_turn=16", "faults.llm_error_rate=0.15", "rollout.max_infra_retries=4",
@@ -111,7 +112,7 @@ def test_any_gym_text_env_trains_by_changing_only_env_id(ray_session, swerve_cac
     ids = [t.id for t in load_tasks("builtin", "train")]
     quarantine = tmp_path / "quarantine.json"
     quarantine.write_text(json.dumps({"source": "builtin", "tasks": {i: "gold patch fails" for i in ids[2:]}}))
-    cfg = load_config("configs/default.yaml", [
+    cfg = load_config("tests/smoke.yaml", [
         f"tasks.quarantine_file={quarantine}",
         f"run.dir={tmp_path}", "run.name=reverse", "trainer.total_steps=2", "engine.num_engines=1",
         f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}",
@@ -129,7 +130,7 @@ def test_any_gym_text_env_trains_by_changing_only_env_id(ray_session, swerve_cac
 
 
 def test_sandbox_kills_and_llm_errors_are_excluded_and_the_run_finishes(ray_session, swerve_cache, tmp_path):
-    cfg = load_config("configs/default.yaml", [
+    cfg = load_config("tests/smoke.yaml", [
         f"run.dir={tmp_path}", "run.name=faults2", "trainer.total_steps=3", "engine.num_engines=1",
         f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
         "rollout.max_tokens_per_turn=16", "faults.sandbox_kill_rate=0.1", "faults.llm_error_rate=0.02",

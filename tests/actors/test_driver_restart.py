@@ -3,13 +3,14 @@ import json
 
 from actors.cli import main
 from actors.driver import train
+from actors.sample_collector import COUNTERS
 from configs import load_config
 
-IDENTITY = ("in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined")
+IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
 
 
 def small(tmp_path, swerve_cache, name, *extra):
-    return load_config("configs/default.yaml", [
+    return load_config("tests/smoke.yaml", [
         f"run.dir={tmp_path}", f"run.name={name}", "engine.num_engines=1",
         f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}",
         "rollout.max_turns=2", "rollout.max_tokens_per_turn=16", *extra,

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from actors.sample_collector import COUNTERS
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-IDENTITY = ("in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined")
+IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
 
 
 def free_port() -> int:

@@ -5,9 +5,9 @@ from actors.trajectory import Trajectory
 from configs.schema import RolloutConfig
 
 
-def make(groups_per_batch=2, group_size=2, max_staleness=1, mode="async", retries=1, ntasks=5):
+def make(groups_per_batch=2, group_size=2, max_staleness=1, mode="async", retries=1, ntasks=5, drop_uniform=False):
     cfg = RolloutConfig(groups_per_batch=groups_per_batch, group_size=group_size, max_staleness=max_staleness,
-                        mode=mode, max_infra_retries=retries)
+                        mode=mode, max_infra_retries=retries, drop_uniform_groups=drop_uniform)
     tasks = [f"task-{i}" for i in range(ntasks)]
     return SampleCollector(cfg, tasks, tasks, seed=0)
 
@@ -53,6 +53,29 @@ def test_batch_from_complete_groups_oldest_first_with_group_advantages():
         assert sample.advantage == pytest.approx(traj.reward - 0.5)
     acc = c.accounting()
     assert acc["trained"] == 4 and acc["buffered"] == 4 and acc["identity_holds"]
+
+
+def test_dynamic_sampling_drops_uniform_groups_and_frees_their_slots():
+    c = make(drop_uniform=True)
+    items = drain(c)
+    assert c.groups_admitted == 4
+    for item in items:  # groups 0 and 2 all-zero rewards; groups 1 and 3 mixed
+        c.submit(finish(item, reward=float(item.group_id % 2 == 1 and item.member == 0)))
+    batch = c.next_batch(1.0)
+    assert sorted({t.group_id for t in batch.trajectories}) == [1, 3]
+    acc = c.accounting()
+    assert acc["filtered_uniform"] == 4 and acc["trained"] == 4 and acc["identity_holds"]
+    # The two filtered groups gave back their admission capacity: two new groups start now.
+    assert len(drain(c)) == 4 and c.groups_admitted == 6
+
+
+def test_uniform_groups_kept_without_dynamic_sampling():
+    c = make()
+    for item in drain(c):
+        c.submit(finish(item, reward=1.0))
+    batch = c.next_batch(1.0)
+    assert len(batch.samples) == 4 and all(s.advantage == 0.0 for s in batch.samples)
+    assert c.accounting()["filtered_uniform"] == 0
 
 
 def test_incomplete_groups_do_not_make_a_batch():
