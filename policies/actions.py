@@ -10,6 +10,12 @@ import re
 from dataclasses import dataclass
 
 SUBMIT_SENTINEL = "submit"
+# A reply longer than this is refused before parsing: no useful turn is that long, and the
+# engine's per-turn token cap should have ended it (envs.text.MAX_ACTION_CHARS, the action space).
+MAX_REPLY_CHARS = 1_000_000
+# Linux refuses one exec argument over 128 KiB (MAX_ARG_STRLEN), and the command is one
+# argument of `bash -c`; a longer one would fail as an infrastructure error, not the agent's.
+MAX_COMMAND_BYTES = 100_000
 _BLOCK = re.compile(r"```(?:bash|sh)[ \t]*\n(.*?)```", re.DOTALL)
 _ANY_FENCE = re.compile(r"```")
 
@@ -26,6 +32,14 @@ class Action:
 
 
 def parse_action(reply: str) -> Action:
+    if len(reply) > MAX_REPLY_CHARS:
+        return Action(
+            FORMAT_ERROR,
+            error=(
+                f"Format error: the reply is {len(reply)} characters, over the limit of "
+                f"{MAX_REPLY_CHARS}; reply with a short explanation and one ```bash block."
+            ),
+        )
     blocks = _BLOCK.findall(reply)
     if len(blocks) != 1:
         found = "no" if not blocks else str(len(blocks))
@@ -41,6 +55,15 @@ def parse_action(reply: str) -> Action:
         return Action(FORMAT_ERROR, error="Format error: the ```bash block is empty.")
     if "\x00" in command:
         return Action(FORMAT_ERROR, error="Format error: the command contains a NUL byte.")
+    command_bytes = len(command.encode("utf-8", errors="surrogatepass"))
+    if command_bytes > MAX_COMMAND_BYTES:
+        return Action(
+            FORMAT_ERROR,
+            error=(
+                f"Format error: the command is {command_bytes} bytes, over the limit of "
+                f"{MAX_COMMAND_BYTES}; write long file contents in several shorter commands."
+            ),
+        )
     if command == SUBMIT_SENTINEL:
         return Action(SUBMIT)
     return Action(COMMAND, command=command)
