@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import difflib
+import typing
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Iterable
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, Node, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
 from configs.schema import Config
@@ -38,6 +40,41 @@ def all_keys(node=Config, prefix: str = "") -> list[str]:
     return keys
 
 
+def _leaf_type(key: str):
+    """The annotated type of a leaf key ("trainer.betas[0]" is an element of trainer.betas)."""
+    node, hint = Config, None
+    for name in key.split("[")[0].split("."):
+        hint = typing.get_type_hints(node)[name]
+        node = hint if is_dataclass(hint) else None
+    if "[" in key:
+        args = typing.get_args(hint)
+        return args[-1] if args else hint
+    return hint
+
+
+def _describe(hint) -> str:
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    if hint in names:
+        return names[hint]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        return f"a list of {_describe(args[0]).split(' ', 1)[-1]}s" if args else "a list"
+    if origin is dict:
+        return "a mapping of names to values"
+    return str(hint)
+
+
+def _type_error(err: ValidationError) -> ConfigError:
+    key = str(err.full_key)
+    value = err.value
+    if OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value)
+    elif isinstance(value, Node):
+        value = value._value()
+    shown = "null" if value is None else f"{value!r} ({type(value).__name__})"
+    return ConfigError(f"config key '{key}' is {shown}; expected {_describe(_leaf_type(key))}")
+
+
 def _unknown_key_error(key: str) -> ConfigError:
     near = difflib.get_close_matches(key, all_keys(), n=1, cutoff=0.5)
     hint = f"; did you mean '{near[0]}'?" if near else ""
@@ -50,7 +87,14 @@ def load_config(path: str | None = None, overrides: Iterable[str] = ()) -> Confi
     if path:
         if not Path(path).is_file():
             raise ConfigError(f"config file '{path}' does not exist (pass --config PATH to a YAML file)")
-        layers.append(OmegaConf.load(path))
+        try:
+            layer = OmegaConf.load(path)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file '{path}' is not valid YAML ({err}); fix the syntax at the line named") from err
+        if not isinstance(layer, DictConfig):
+            raise ConfigError(f"config file '{path}' holds a {type(layer).__name__}, not a mapping of sections "
+                              "(e.g. 'engine:\n  num_engines: 2')")
+        layers.append(layer)
     dotlist = list(overrides)
     for item in dotlist:
         if "=" not in item:
@@ -64,7 +108,7 @@ def load_config(path: str | None = None, overrides: Iterable[str] = ()) -> Confi
         except (ConfigKeyError, ConfigAttributeError) as err:
             raise _unknown_key_error(str(err.full_key)) from err
         except ValidationError as err:
-            raise ConfigError(f"config key '{err.full_key}': {err.msg}") from err
+            raise _type_error(err) from err
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     validate(cfg)
     return cfg
@@ -81,6 +125,10 @@ def _check_keys(layer, prefix: str = "") -> None:
             if not any(k.startswith(full + ".") for k in known):
                 raise _unknown_key_error(full)
             _check_keys(value, full + ".")
+        elif any(k.startswith(full + ".") for k in known):
+            example = next(k for k in known if k.startswith(full + "."))
+            raise ConfigError(f"config key '{full}' is a section, not a value ({value!r}); "
+                              f"set its keys instead, e.g. {example}=...")
         elif full not in known:
             raise _unknown_key_error(full)
 
@@ -104,25 +152,29 @@ def validate(cfg: Config) -> None:
     }
     for key, value in positive.items():
         if value < 1:
-            raise ConfigError(f"config key '{key}' is {value}; it must be at least 1")
+            raise ConfigError(f"config key '{key}' is {value}; it must be at least 1 (e.g. {key}=1)")
     if cfg.rollout.max_staleness < 0:
-        raise ConfigError(f"config key 'rollout.max_staleness' is {cfg.rollout.max_staleness}; it must be >= 0")
+        raise ConfigError(f"config key 'rollout.max_staleness' is {cfg.rollout.max_staleness}; it must be >= 0 "
+                          "(0 trains only on-policy samples, e.g. rollout.max_staleness=1)")
     if cfg.rollout.max_total_tokens < cfg.rollout.max_tokens_per_turn:
         raise ConfigError(
             "config key 'rollout.max_total_tokens' "
             f"({cfg.rollout.max_total_tokens}) must be >= rollout.max_tokens_per_turn "
-            f"({cfg.rollout.max_tokens_per_turn})"
+            f"({cfg.rollout.max_tokens_per_turn}): one turn cannot exceed the whole trajectory; raise "
+            "rollout.max_total_tokens or lower rollout.max_tokens_per_turn"
         )
     if cfg.engine.max_context_tokens < cfg.rollout.max_total_tokens:
         raise ConfigError(
             f"config key 'engine.max_context_tokens' ({cfg.engine.max_context_tokens}) must be >= "
-            f"rollout.max_total_tokens ({cfg.rollout.max_total_tokens})"
+            f"rollout.max_total_tokens ({cfg.rollout.max_total_tokens}); raise engine.max_context_tokens "
+            "or lower rollout.max_total_tokens"
         )
     if not 0.0 < cfg.rollout.top_p <= 1.0:
         raise ConfigError(f"config key 'rollout.top_p' is {cfg.rollout.top_p}; allowed: (0, 1]")
     if cfg.rollout.temperature < 0:
         raise ConfigError(f"config key 'rollout.temperature' is {cfg.rollout.temperature}; it must be >= 0")
-    for key in ("faults.sandbox_kill_rate", "faults.llm_error_rate"):
+    for key in ("faults.sandbox_kill_rate", "faults.llm_error_rate", "faults.sandbox_start_fail_rate",
+                "faults.engine_kill_rate", "faults.grader_crash_rate"):
         section, name = key.split(".")
         rate = getattr(cfg.faults, name)
         if not 0.0 <= rate <= 1.0:

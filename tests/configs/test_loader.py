@@ -79,3 +79,49 @@ def test_yaml_dump_round_trips(tmp_path):
 def test_all_keys_lists_leaves():
     keys = all_keys()
     assert "run.name" in keys and "faults.llm_error_rate" in keys and "run" not in keys
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.total_steps=many", "config key 'trainer.total_steps' is 'many' (str); expected an integer"),
+    ("trainer.total_steps=null", "config key 'trainer.total_steps' is null; expected an integer"),
+    ("rollout.temperature=hot", "config key 'rollout.temperature' is 'hot' (str); expected a number"),
+    ("sandbox.e2b_allow_internet=maybe", "expected true or false"),
+    ("trainer.betas=3", "config key 'trainer.betas' is 3 (int); expected a list of numbers"),
+    ("run.name=[1,2]", "config key 'run.name' is [1, 2] (list); expected a string"),
+    ("env.kwargs=3", "config key 'env.kwargs' is 3 (int); expected a mapping"),
+])
+def test_wrong_types_name_the_key_the_value_and_the_expected_type(override, message):
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [override])
+    assert message in str(caught.value)
+    assert "full_key" not in str(caught.value)  # no omegaconf internals
+
+
+@pytest.mark.parametrize("override, fix", [
+    ("rollout.max_staleness=-1", "it must be >= 0"),
+    ("engine.num_engines=0", "engine.num_engines=1"),
+    ("rollout.max_total_tokens=8", "raise rollout.max_total_tokens or lower rollout.max_tokens_per_turn"),
+])
+def test_invalid_values_name_the_fix(override, fix):
+    with pytest.raises(ConfigError, match=fix.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_a_section_set_to_a_value_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"'engine' is a section, not a value \(3\); set its keys instead, e.g. engine\."):
+        load_config(None, ["engine=3"])
+    path = tmp_path / "scalar.yaml"
+    path.write_text("rollout: 5\n")
+    with pytest.raises(ConfigError, match="'rollout' is a section"):
+        load_config(str(path))
+
+
+def test_yaml_that_is_not_a_mapping_or_not_yaml_names_the_file(tmp_path):
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match=r"list.yaml' holds a ListConfig, not a mapping of sections"):
+        load_config(str(listing))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("engine: {num_engines: 2\n")
+    with pytest.raises(ConfigError, match=r"(?s)broken.yaml' is not valid YAML .*line 2"):
+        load_config(str(broken))
