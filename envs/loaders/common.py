@@ -43,23 +43,30 @@ def read_rows(path: Path) -> Iterator[Tuple[str, Any]]:
         if file.name.endswith(".parquet"):
             yield from _parquet_rows(file)
         elif file.name.endswith(".jsonl"):
-            with open(file, encoding="utf-8") as handle:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
+            # Bytes, decoded line by line: one line of binary garbage must not hide the others.
+            with open(file, "rb") as handle:
+                for number, raw in enumerate(handle, 1):
+                    if not raw.strip():
                         continue
-                    try:
-                        yield f"{file.name}:{number}", json.loads(line)
-                    except json.JSONDecodeError as error:
-                        yield f"{file.name}:{number}", RowError("json", f"not a JSON line: {error}")
+                    yield f"{file.name}:{number}", _json_row(raw, "line")
         else:
-            try:
-                data = json.loads(file.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as error:
-                yield file.name, RowError("json", f"not a JSON file: {error}")
+            data = _json_row(file.read_bytes(), "file")
+            if isinstance(data, RowError):
+                yield file.name, data
                 continue
             rows = data if isinstance(data, list) else [data]
             for number, row in enumerate(rows, 1):
                 yield f"{file.name} row {number}", row
+
+
+def _json_row(raw: bytes, unit: str) -> Any:
+    """The parsed JSON of one line or file, or a RowError saying why it is not JSON."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return RowError("json", f"not a JSON {unit}: invalid UTF-8 at byte {error.start} (binary data?)")
+    except json.JSONDecodeError as error:
+        return RowError("json", f"not a JSON {unit}: {error}")
 
 
 def _parquet_rows(file: Path) -> Iterator[Tuple[str, Any]]:
@@ -232,7 +239,9 @@ def collect_rows(path: Path, row_to_task: Callable[[dict], Any], split: str, ids
             result.skipped.append(skip(where, row, error))
             continue
         if task.id in seen:
-            result.skipped.append(SkippedRow(f"{where} ({task.id})", "instance_id", f"duplicate of {seen[task.id]}"))
+            result.skipped.append(SkippedRow(f"{where} ({task.id})", "instance_id",
+                                             f"duplicate of {seen[task.id]} (the first row is kept; "
+                                             "remove this row or give it a unique id)"))
             continue
         seen[task.id] = where
         result.splits.add(task.split)

@@ -63,7 +63,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_registry_holds_real_functions():
-    assert set(LOADERS) == {"builtin", "swebench", "swesmith", "harbor"}
+    assert set(LOADERS) == {"builtin", "micro", "swebench", "swesmith", "harbor"}
     assert all(callable(loader) for loader in LOADERS.values())
 
 
@@ -106,6 +106,22 @@ def test_load_tasks_logs_one_line_with_the_skipped_count(tmp_path, caplog):
     assert [t.id for t in tasks] == ["a__b-1"]
     (record,) = [r for r in caplog.records if "skipped" in r.getMessage()]
     assert "skipped 2 malformed rows" in record.getMessage()
+
+
+def test_binary_garbage_and_duplicate_rows_are_skipped_and_named(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(json.dumps(swebench_row("a__b-1")).encode() + b"\n\xff\xfe\x00garbage\x81\n"
+                     + json.dumps(swebench_row("a__b-2")).encode() + b"\n" + json.dumps(swebench_row("a__b-1")).encode() + b"\n")
+    task_set = load_task_set(str(path))
+    assert [t.id for t in task_set.tasks] == ["a__b-1", "a__b-2"]
+    garbage, duplicate = task_set.skipped
+    assert (garbage.row, garbage.field) == ("rows.jsonl:2", "json") and "invalid UTF-8 at byte 0" in garbage.reason
+    assert (duplicate.row, duplicate.field) == ("rows.jsonl:4 (a__b-1)", "instance_id")
+    assert "duplicate of rows.jsonl:1" in duplicate.reason and "unique id" in duplicate.reason
+    binary_file = tmp_path / "rows.json"
+    binary_file.write_bytes(b"\x89PNG\r\n\x1a\n\x00")
+    (skipped,) = load_task_set(str(binary_file), format="swebench").skipped
+    assert skipped.field == "json" and "not a JSON file: invalid UTF-8" in skipped.reason
 
 
 def test_split_field_and_all(tmp_path):
