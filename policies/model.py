@@ -21,7 +21,9 @@ def ensure_model(cfg: ModelConfig, tokenizer_path: str) -> str:
     """Return a checkpoint directory, building and caching the tiny model if needed."""
     if cfg.path:
         if not os.path.isdir(cfg.path):
-            raise FileNotFoundError(f"model.path: no model directory at {cfg.path!r}")
+            raise FileNotFoundError(
+                f"model.path: no model directory at {cfg.path!r}; set model.path to a Hugging Face "
+                "checkpoint directory, or leave it empty to build the tiny test model")
         return cfg.path
     key = content_hash({
         "kind": "qwen3_random_init",
@@ -36,6 +38,14 @@ def ensure_model(cfg: ModelConfig, tokenizer_path: str) -> str:
 
 
 def load_model(path: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    # Checked here, not left to from_pretrained: it would take a missing directory for a Hub
+    # repository id and fail with a message about the network.
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no model directory at {path!r}; set model.path (the server: --model-path) "
+                                "to a Hugging Face checkpoint directory")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"{path!r} is not a model directory: it has no config.json; set model.path "
+                                "(the server: --model-path) to a Hugging Face checkpoint directory")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model.eval()
     return model

@@ -19,6 +19,8 @@ PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+# Any one of these makes a directory loadable by AutoTokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 # ChatML, as Qwen uses it; the generation prompt is exactly what Conversation appends.
 CHAT_TEMPLATE = (
@@ -37,7 +39,9 @@ def ensure_tokenizer(cfg: TokenizerConfig) -> str:
     """
     if cfg.path:
         if not os.path.isdir(cfg.path):
-            raise FileNotFoundError(f"tokenizer.path: no tokenizer directory at {cfg.path!r}")
+            raise FileNotFoundError(
+                f"tokenizer.path: no tokenizer directory at {cfg.path!r}; set tokenizer.path to a directory "
+                "holding tokenizer.json or tokenizer_config.json, or leave it empty to train the tiny tokenizer")
         return cfg.path
     corpus = build_corpus()
     key = content_hash({
@@ -54,6 +58,13 @@ def ensure_tokenizer(cfg: TokenizerConfig) -> str:
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    # A missing directory would be taken for a Hub repository id (a network error, or a download).
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no tokenizer directory at {path!r}; set tokenizer.path to a directory "
+                                "holding tokenizer.json or tokenizer_config.json")
+    if not any(os.path.isfile(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"{path!r} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); "
+                                "set tokenizer.path to a tokenizer directory")
     return AutoTokenizer.from_pretrained(path)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import glob
 import logging
 import os
@@ -30,6 +31,33 @@ SERVER_VERSION = "swerve-cpu-0.1"
 STATE_KEY = web.AppKey("swerve_server_state", object)
 HEALTH_CHECK_TIMEOUT_S = 20.0
 READY_LINE = "swerve cpu server ready on"
+# Exit status of `python -m policies.server` refused for bad input (port taken, no model), as argparse's.
+EXIT_BAD_INPUT = 2
+
+
+class PortInUse(OSError):
+    """The server's port is taken by another process; the message names it and the fix."""
+
+    def __init__(self, host: str, port: int):
+        super().__init__(errno.EADDRINUSE, f"port {port} on {host} is already in use (another server still "
+                         "running there?); pass --port N with a free port, or --port 0 to pick one")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise PortInUse when (host, port) cannot be bound; checked before a model is loaded
+    (minutes for a large one), and again when the server binds."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As aiohttp binds: a port left in TIME_WAIT by a previous server is free to reuse.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise PortInUse(host, port) from error
+            raise
 
 
 @dataclass
@@ -438,7 +466,13 @@ async def _start_site(state: ServerState):
     runner = web.AppRunner(build_app(state), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, state.cfg.host, state.cfg.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()
+        if error.errno == errno.EADDRINUSE:
+            raise PortInUse(state.cfg.host, state.cfg.port) from error
+        raise
     port = site._server.sockets[0].getsockname()[1]  # the real port when asked for 0
     return runner, port
 
@@ -475,6 +509,7 @@ def start_server(model_path: str, *, model=None, tokenizer=None, **kwargs) -> Se
 def serve(model_path: str, host: str = "127.0.0.1", port: int = 30000,
           max_batch_size: int = 16, max_context_tokens: int = 4096, **kwargs) -> None:
     """Run the server in this process until interrupted (SIGINT/SIGTERM)."""
+    check_port_free(host, port)
     state = ServerState(ServerConfig(model_path=model_path, host=host, port=port,
                                      max_batch_size=max_batch_size,
                                      max_context_tokens=max_context_tokens, **kwargs))
@@ -525,10 +560,15 @@ def build_arg_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_arg_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
-    serve(args.model_path, host=args.host, port=args.port, max_batch_size=args.max_batch_size,
-          max_context_tokens=args.max_context_tokens, max_total_tokens=args.max_total_tokens,
-          max_prefill_tokens=args.max_prefill_tokens, weight_version=args.weight_version,
-          torch_threads=args.torch_threads)
+    try:
+        serve(args.model_path, host=args.host, port=args.port, max_batch_size=args.max_batch_size,
+              max_context_tokens=args.max_context_tokens, max_total_tokens=args.max_total_tokens,
+              max_prefill_tokens=args.max_prefill_tokens, weight_version=args.weight_version,
+              torch_threads=args.torch_threads)
+    except (PortInUse, FileNotFoundError) as error:
+        # Bad input, not a bug: one line that names the fix instead of a traceback.
+        print(f"swerve cpu server: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
     return 0
 
 
