@@ -40,11 +40,14 @@ log = logging.getLogger(__name__)
 FINISH_ABORT = protocol.FINISH_ABORT
 LOG_TAIL_CHARS = 4000
 STATS_INTERVAL_S = 0.5
+# Only the engine's own actor, on the same node, talks to its server: it listens on loopback
+# (README "Exposing the dashboard and engines safely" says how to reach one from elsewhere).
+ENGINE_HOST = "127.0.0.1"
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((ENGINE_HOST, 0))
         return s.getsockname()[1]
 
 
@@ -57,7 +60,7 @@ def weights_root(cfg: EngineConfig) -> str:
 def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
     if cfg.backend == "cpu":
         cmd = [sys.executable, "-m", "policies.server", "--model-path", model_path,
-               "--host", "127.0.0.1", "--port", str(port),
+               "--host", ENGINE_HOST, "--port", str(port),
                "--context-length", str(cfg.max_context_tokens),
                "--max-running-requests", str(cfg.max_batch_size),
                "--torch-threads", str(cfg.torch_threads),
@@ -66,7 +69,7 @@ def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
                "--context-length", str(cfg.max_context_tokens),
                "--mem-fraction-static", str(cfg.mem_fraction), "--tp-size", str(cfg.tp_size),
-               "--host", "127.0.0.1", "--port", str(port), "--weight-version", "0"]
+               "--host", ENGINE_HOST, "--port", str(port), "--weight-version", "0"]
     else:
         raise ValueError(f"engine.backend '{cfg.backend}' has no server; allowed: cpu, sglang")
     return cmd + list(cfg.server_args)
@@ -172,7 +175,7 @@ class EngineActor:
         self.token_versions = False
         self.workdir = tempfile.mkdtemp(prefix=f"swerve-engine-{index}-", dir=weights_root(cfg))
         self.port = free_port()
-        self.client = EngineClient(f"http://127.0.0.1:{self.port}", cfg.request_timeout_s)
+        self.client = EngineClient(f"http://{ENGINE_HOST}:{self.port}", cfg.request_timeout_s)
         self.server = ServerProcess(server_command(cfg, model_path, self.port), os.path.join(self.workdir, "server.log"),
                                     env={**os.environ, "OMP_NUM_THREADS": str(cfg.torch_threads)})
         atexit.register(self.close)

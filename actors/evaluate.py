@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import random
 import time
 from math import comb
 from pathlib import Path
 from typing import Optional, Sequence
 
+from actors import redact
+from actors.run_dir import write_json, write_jsonl
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory, WorkItem
 from configs import Config
@@ -178,6 +179,8 @@ def table(report: dict) -> str:
 
 # -- the run -------------------------------------------------------------------------------
 def out_dir(cfg: Config) -> Path:
+    # The evaluation's outputs start here: from now on its logs and prints are redacted too.
+    redact.install()
     path = Path(cfg.eval.out_dir or Path(cfg.run.dir) / cfg.run.name).expanduser().resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -252,9 +255,7 @@ def evaluate(cfg: Config) -> dict:
         "infra_reruns": progress["infra_reruns"],
         "wall_s": round(time.time() - started, 2),
     }
-    (dest / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    with (dest / "predictions.jsonl").open("w") as f:
-        for row in predictions(tasks, trajectories, model_name):
-            f.write(json.dumps(row) + "\n")
+    write_json(dest / "eval.json", report)
+    write_jsonl(dest / "predictions.jsonl", predictions(tasks, trajectories, model_name))
     report["out_dir"] = str(dest)
     return report

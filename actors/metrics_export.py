@@ -1,7 +1,8 @@
 """Every DESIGN.md metric as a Ray gauge (Prometheus name `ray_swerve_<name>`), tagged by run.
 
 Tags stay low-cardinality (the run name only, plus the source of infra errors), so a long
-run does not grow the node's metric series.
+run does not grow the node's metric series. Tags are the only strings exported, and they are
+redacted like every other output (actors/redact.py).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Mapping
 
 from ray.util.metrics import Gauge
 
+from actors.redact import redact_text
 from actors.run_dir import METRIC_NAMES
 
 PREFIX = "swerve_"
@@ -17,7 +19,7 @@ _NOT_GAUGES = {"infra_error_by_source"}
 
 class MetricsExporter:
     def __init__(self, run_name: str):
-        self.tags = {"run": run_name}
+        self.tags = {"run": redact_text(run_name)}
         self._gauges = {
             name: Gauge(PREFIX + name, f"swerve {name} (see DESIGN.md)", tag_keys=("run",))
             for name in METRIC_NAMES if name not in _NOT_GAUGES
@@ -32,4 +34,4 @@ class MetricsExporter:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 gauge.set(float(value), tags=self.tags)
         for source, count in (metrics.get("infra_error_by_source") or {}).items():
-            self._infra.set(float(count), tags={**self.tags, "source": source})
+            self._infra.set(float(count), tags={**self.tags, "source": redact_text(source)})

@@ -1,7 +1,10 @@
 """Local sandbox: a workspace copy per lease, commands isolated with bubblewrap.
 
 Inside bwrap a command sees: read-only system directories and Python, the workspace
-read-write at /workspace (its cwd), a private /tmp, no network, uid 1000, and rlimits.
+read-write at /workspace (its cwd), a private /tmp, its own /proc (pid namespace: no host
+process, so no host environment), no network, uid 1000, and rlimits; of the host's home only
+an interpreter prefix that lives there (pyenv, uv), never ~/.ssh or ~/.aws. Its environment
+is clean_env(), nothing of the host's (no API keys).
 Each lease also gets a cgroup (envs/cgroups.py) when the cgroup fs allows: pids.max and a
 memory limit over all its processes, and a kill that reaches processes which left the
 process group. Without one (no cgroup fs, not root) it degrades with a logged warning.
@@ -206,4 +209,5 @@ class LocalSandbox:
         global _warned_unisolated
         if not self.isolated and not _warned_unisolated:
             _warned_unisolated = True
-            log.warning("sandbox isolation is off: commands run directly on this host (install bubblewrap)")
+            log.warning("sandbox isolation is off: commands run directly on this host and can read its files "
+                        "and other processes' environments, secrets included (install bubblewrap)")
