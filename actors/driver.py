@@ -4,11 +4,13 @@
 """
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
 import ray
 
+from actors.fault_report import fault_report
 from actors.launch import Fleet, init_ray, kill, launch, shutdown, start_episodes
 from actors.metrics_export import MetricsExporter
 from actors.plots import write_plots
@@ -76,6 +78,7 @@ def train(cfg: Config) -> Path:
     fleet = launch(cfg, model_path, tasks)
     exporter = MetricsExporter(cfg.run.name)
     step = version = 0
+    fault_rng = random.Random(cfg.run.seed * 65537 + 1)  # faults.engine_kill_rate draws
     try:
         if cfg.run.resume:
             step, version, readmitted = resume_run(fleet, run_dir.checkpoints)
@@ -90,6 +93,8 @@ def train(cfg: Config) -> Path:
         while step < cfg.trainer.total_steps:
             step += 1
             t_step = time.perf_counter()
+            if cfg.faults.engine_kill_rate and fault_rng.random() < cfg.faults.engine_kill_rate:
+                fleet.engine_set.inject_kill()  # rollouts are generating now: the kill lands mid-generation
             batch = wait_for_batch(fleet, cfg, exporter)
             time_rollout_wait_s = time.perf_counter() - t_step
             update = train_on_batch(fleet, batch)
@@ -116,7 +121,10 @@ def train(cfg: Config) -> Path:
         ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])
         results = shutdown(fleet, grace_s=cfg.rollout.max_episode_seconds)
         accounting = ray.get(fleet.collector.accounting.remote())
-        run_dir.write_accounting({**accounting, "episode_actors": results, "tasks_skipped_quarantined": quarantined})
+        faults = fault_report(results, fleet.engine_set.kills_injected, fleet.engine_set.restarts)
+        run_dir.write_accounting({**accounting, "episode_actors": results, "faults": faults,
+                                  "engine_replacements": fleet.engine_set.restarts,
+                                  "tasks_skipped_quarantined": quarantined})
     finally:
         kill(fleet)
     return run_dir.path

@@ -40,6 +40,7 @@ class EngineRouter:
         self._next_lookup = [0.0] * len(self.engines)
         self.dead: set[int] = set()
         self.revived = 0
+        self.faults_injected: dict[str, int] = {"llm_error": 0}
 
     def _call(self, index: int, method: str, *args):
         try:
@@ -87,6 +88,7 @@ class EngineRouter:
         if index is None or index in self.dead:
             index = self._sticky[sticky_key] = self._pick()
         if self.llm_error_rate and self._rng.random() < self.llm_error_rate:
+            self.faults_injected["llm_error"] += 1
             raise InfraError(InfraSource.ENGINE, "injected LLM call error (faults.llm_error_rate)")
         self._outstanding[index] += 1
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 
 import gymnasium
 
@@ -36,6 +37,9 @@ class EpisodeActor:
         self.sandbox = sandbox
         self.env = gymnasium.make(env_cfg.id, **env_cfg.kwargs)
         self.episodes = 0
+        # Per injected fault kind: how many, how many ended their episode as infra_error (so were
+        # excluded and re-run), and the infra sources they showed up as.
+        self.faults: dict[str, dict] = {}
 
     def run(self) -> dict:
         """Work until the collector says stop; returns how many episodes ran."""
@@ -48,7 +52,22 @@ class EpisodeActor:
                 continue
             self.collector.submit(self.run_episode(work))
         self.env.close()
-        return {"actor": self.name, "episodes": self.episodes}
+        return {"actor": self.name, "episodes": self.episodes, "faults": self.faults}
+
+    def _faults_injected(self) -> Counter:
+        """Faults injected so far by the parts that inject them (router, sandbox lease), by kind."""
+        total: Counter = Counter()
+        for part in (self.engines, self.sandbox):
+            total.update(getattr(part, "faults_injected", {}))
+        return total
+
+    def _record_faults(self, injected: Counter, traj: Trajectory) -> None:
+        for kind, count in injected.items():
+            entry = self.faults.setdefault(kind, {"injected": 0, "recovered": 0, "sources": {}})
+            entry["injected"] += count
+            if traj.is_infra_error:
+                entry["recovered"] += count
+                entry["sources"][traj.infra_source] = entry["sources"].get(traj.infra_source, 0) + count
 
     def run_episode(self, work: WorkItem) -> Trajectory:
         self.episodes += 1
@@ -56,6 +75,8 @@ class EpisodeActor:
                           outcome=Outcome.TRUNCATED.value, started_s=time.time())
         sticky_key = f"{self.name}/{self.episodes}"
         conv = None
+        faults_before = self._faults_injected()
+        sandbox_failures = getattr(self.sandbox, "failures", 0)
         try:
             obs, info = self.env.reset(seed=work.seed, options={"task": work.task, "sandbox": self.sandbox})
             traj.sandbox_start_s = info.get("sandbox_start_s")
@@ -68,11 +89,17 @@ class EpisodeActor:
             self._mark_infra(traj, InfraSource.UNKNOWN, f"{type(err).__name__}: {err}")
         finally:
             self.engines.release(sticky_key)
+        if not traj.is_infra_error and getattr(self.sandbox, "failures", 0) > sandbox_failures:
+            # The sandbox died under a call whose error the env absorbed (patch capture does): the
+            # episode's record is incomplete, so it is an infra error like any other, never scored.
+            err = self.sandbox.last_failure
+            self._mark_infra(traj, err.source, f"sandbox failure absorbed by the env: {err}")
         if conv is not None:
             traj.token_ids, traj.loss_mask = list(conv.token_ids), list(conv.loss_mask)
             traj.logprobs, traj.versions = list(conv.logprobs), list(conv.versions)
             traj.messages = conv.messages()
         traj.finished_s = time.time()
+        self._record_faults(self._faults_injected() - faults_before, traj)
         return traj
 
     def _play(self, work: WorkItem, conv: Conversation, traj: Trajectory, sticky_key: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import Counter
 from typing import Optional
 
 import ray
@@ -120,7 +121,19 @@ class SandboxLease:
         self._rng = random.Random(seed)
         self._handle = None
         self.generation = 0
-        self.kills_injected = 0
+        # Injected faults by kind (faults.*); the episode actor checks each ended as infra_error.
+        self.faults_injected: Counter = Counter()
+        # Calls that failed as InfraError, and the last of them: an env may swallow one (e.g. while
+        # capturing a patch), and the episode actor still must not score that episode.
+        self.failures = 0
+        self.last_failure: Optional[InfraError] = None
+
+    @property
+    def kills_injected(self) -> int:
+        return self.faults_injected["sandbox_kill"]
+
+    def _inject(self, rate: float) -> bool:
+        return bool(rate) and self._rng.random() < rate
 
     def _actor(self):
         if self._handle is None:
@@ -134,19 +147,31 @@ class SandboxLease:
 
     def _call(self, method: str, *args, timeout_s: Optional[float] = None):
         handle = self._actor()
-        if self.faults.sandbox_kill_rate and self._rng.random() < self.faults.sandbox_kill_rate:
+        if self._inject(self.faults.sandbox_kill_rate):
             # faults.sandbox_kill_rate: the actor dies under this very call, as a crash would.
-            self.kills_injected += 1
+            self.faults_injected["sandbox_kill"] += 1
             ray.kill(handle)
         try:
             return ray_call(handle, method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
-        except InfraError:
+        except InfraError as err:
             ray.kill(handle)  # a hung actor is ended too; the next start replaces it
             self._handle = None
+            self.failures += 1
+            self.last_failure = err
             raise
 
     def start(self, task) -> None:
+        if self._inject(self.faults.sandbox_start_fail_rate):
+            self.faults_injected["sandbox_start_fail"] += 1
+            raise InfraError(InfraSource.SANDBOX, "injected sandbox start failure (faults.sandbox_start_fail_rate)")
         self._call("start", task, timeout_s=self.RPC_MARGIN_S + self.cfg.command_timeout_s)
+
+    def grader_crash(self) -> None:
+        """Called by the grader before its test run (faults.grader_crash_rate): the sandbox actor is
+        killed, so the tests die under the grader as they would if its process crashed."""
+        if self._handle is not None and self._inject(self.faults.grader_crash_rate):
+            self.faults_injected["grader_crash"] += 1
+            ray.kill(self._handle)
 
     def exec(self, command: str, timeout_s: Optional[float] = None) -> ExecResult:
         limit_s = (timeout_s or self.cfg.command_timeout_s) + self.RPC_MARGIN_S

@@ -269,8 +269,18 @@ class RayConfig:
 
 @dataclass
 class FaultsConfig:
+    # Every knob is a probability in [0, 1]; 0 (the default) injects nothing. Each injected fault
+    # must end its episode as infra_error with a source, never be trained, and its member re-run.
+    # Per sandbox call: the sandbox actor is killed (ray.kill) under the call.
     sandbox_kill_rate: float = 0.0
+    # Per LLM call: the router fails the call as an engine error.
     llm_error_rate: float = 0.0
+    # Per sandbox lease start: the start fails, as a backend that cannot start a sandbox would.
+    sandbox_start_fail_rate: float = 0.0
+    # Per training step: the driver kills one engine actor (ray.kill) while rollouts are generating.
+    engine_kill_rate: float = 0.0
+    # Per grading: the sandbox actor running the tests is killed under the grader.
+    grader_crash_rate: float = 0.0
 
 
 @dataclass
@@ -279,6 +289,8 @@ class PipelineConfig:
     traces_per_task: int = 2
     # Training tasks (first by id) that get expert traces; 0 = every task of tasks.split.
     trace_tasks: int = 0
+    # Expert replies start with a one-line thought before the bash block (costs ~8 tokens a turn).
+    expert_thoughts: bool = True
     # Stages run by `swerve pipeline`, in order.
     stages: List[str] = field(default_factory=lambda: ["base", "sft", "rl"])
 
