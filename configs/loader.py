@@ -126,7 +126,7 @@ def _check_keys(layer, prefix: str = "") -> None:
                 raise _unknown_key_error(full)
             _check_keys(value, full + ".")
         elif any(k.startswith(full + ".") for k in known):
-            example = next(k for k in known if k.startswith(full + "."))
+            example = next(k for k in all_keys() if k.startswith(full + "."))  # the first, as the schema lists them
             raise ConfigError(f"config key '{full}' is a section, not a value ({value!r}); "
                               f"set its keys instead, e.g. {example}=...")
         elif full not in known:
