@@ -49,7 +49,8 @@ def run_pipeline(cfg: Config) -> dict:
             train_tasks = train_tasks[: cfg.pipeline.trace_tasks or len(train_tasks)]
             counts = write_traces(str(traces), train_tasks,
                                   n_per_task=cfg.pipeline.traces_per_task, seed=cfg.run.seed,
-                                  system_prompt=cfg.env.system_prompt, env_kwargs=dict(cfg.env.kwargs))
+                                  system_prompt=cfg.env.system_prompt, env_kwargs=dict(cfg.env.kwargs),
+                                  think=cfg.pipeline.expert_thoughts)
             print(f"[swerve] pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)",
                   flush=True)
             policy = str(root / "sft" / "policy")

@@ -291,7 +291,8 @@ def run_trace(env, task: Task, steps: list[tuple[str, str]], system_prompt: str,
             return None
         obs, reward, terminated, truncated, info = env.step(reply)
         trace.messages.append({"role": "assistant", "content": reply})
-        trace.messages.append({"role": "user", "content": obs})
+        if not terminated:  # the grader's report after submit is never part of a rollout's context
+            trace.messages.append({"role": "user", "content": obs})
         trace.turns += 1
         code = info.get("exit_code")
         if kind in ("test", "retest_fail") and code == 0:

@@ -27,7 +27,10 @@ from envs.tasks import Task
 SPLIT_SIZES = {"train": 300, "eval": 100}
 SPLIT_SEEDS = {"train": 1, "eval": 2}
 EASY_FRACTION = 0.75
-MODULE, TEST_MODULE = "mod.py", "test_mod.py"
+MODULE, TEST_MODULE, PYTEST_INI = "mod.py", "test_mod.py", "pytest.ini"
+# Classic progress lines ("test_mod.py .F.") instead of ones padded to 80 columns: a small
+# observation cap keeps the assertion that failed.
+PYTEST_CONFIG = "[pytest]\nconsole_output_style = classic\n"
 
 # No "test": a helper named test_* would be collected by pytest.
 _VERBS = ("count", "pick", "find", "sum", "check", "score", "measure", "select", "total", "scan",
@@ -202,7 +205,7 @@ def _one(task_id: str, family: str, rng: random.Random, used_names: set, easy: b
             return None
         statement += f" Probably `{old}` should be `{new}` in {MODULE}."
     return MicroTask(task_id, template.family, "easy" if easy else "hard",
-                     {MODULE: buggy_module, TEST_MODULE: tests}, fixed_module, statement,
+                     {MODULE: buggy_module, TEST_MODULE: tests, PYTEST_INI: PYTEST_CONFIG}, fixed_module, statement,
                      (f"{TEST_MODULE}::test_{f}_bug",),
                      ((f"{TEST_MODULE}::test_{f}",) if same_case else ()) + (f"{TEST_MODULE}::test_{helper_name}",))
 
@@ -252,6 +255,6 @@ def load_micro(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_CAC
             problem_statement=micro.problem_statement, test_command=TEST_COMMAND,
             fail_to_pass=micro.fail_to_pass, pass_to_pass=micro.pass_to_pass,
             gold_patch=_gold_patch(micro.files[MODULE], micro.fixed_module), stratum=micro.stratum,
-            test_files=((TEST_MODULE, micro.files[TEST_MODULE]),), split=split, source="micro",
+            test_files=((TEST_MODULE, micro.files[TEST_MODULE]), (PYTEST_INI, PYTEST_CONFIG)), split=split, source="micro",
         ))
     return tasks
