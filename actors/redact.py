@@ -29,7 +29,7 @@ REDACTED_MIN_CHARS = 8
 _factory_installed = False
 
 _SECRET_NAME = re.compile(
-    r"(?:^|[_.-])(?:API_?KEY|ACCESS_?KEY(?:_?ID)?|TOKEN|AUTH|PRIVATE_?KEY|CREDENTIALS?)$"
+    r"(?:^|[_.-])(?:API[_-]?KEY|ACCESS[_-]?KEY(?:[_-]?ID)?|TOKEN|AUTH|PRIVATE[_-]?KEY|CREDENTIALS?)$"
     r"|PASSWORD|PASSWD|PASSPHRASE|SECRET",
     re.IGNORECASE,
 )

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from configs.schema import SandboxConfig
+from envs.container_sandbox import CONTAINER_ENV
 from envs.docker_sandbox import DockerSandbox, docker_engine_reason
 from envs.outcomes import InfraError
 
@@ -146,6 +147,27 @@ def test_in_container_deadline_kills_the_command_group(fake_docker, make_box, ta
     assert time.monotonic() - started < 8 and result.timed_out and result.exit_code == 124
     time.sleep(0.3)
     assert subprocess.run(["pgrep", "-f", f"sleep {seconds}"], capture_output=True).stdout == b""
+
+
+HOST_SECRETS = {"E2B_API_KEY": "e2b_fakefakefake0123456789", "OPENAI_API_KEY": "sk-fake0123456789abcdef",
+                "HF_TOKEN": "hf_fake0123456789abcdef", "AWS_SECRET_ACCESS_KEY": "fake/aws+secret0123456789"}
+
+
+def test_host_secrets_reach_neither_the_cli_nor_the_container(fake_docker, make_box, task_by_id, monkeypatch):
+    for name, value in HOST_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    box = make_box()
+    box.start(task_by_id["textkit-001"])
+    # The stand-in runs commands with the environment the CLI got plus its -e flags: both checked.
+    output = box.exec("env").output
+    calls = fake_docker()
+    for name, value in HOST_SECRETS.items():
+        assert name not in output and value not in output
+        assert not any(value in " ".join(call) for call in calls)
+    run = next(call for call in calls if call[0] == "run")
+    assert not any(flag in run for flag in ("-e", "--env", "--env-file"))
+    exec_env = [call[i + 1] for call in calls if call[0] == "exec" for i, arg in enumerate(call) if arg == "-e"]
+    assert {item.split("=", 1)[0] for item in exec_env} <= set(CONTAINER_ENV)
 
 
 def test_missing_cli_is_an_infra_error(monkeypatch, tmp_path):

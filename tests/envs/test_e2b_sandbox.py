@@ -13,6 +13,7 @@ pytest.importorskip("aiohttp", reason="the in-test envd server runs on aiohttp (
 import e2b  # noqa: E402
 
 from configs.schema import SandboxConfig  # noqa: E402
+from envs.container_sandbox import CONTAINER_ENV  # noqa: E402
 from envs.e2b_sandbox import E2BSandbox  # noqa: E402
 from envs.outcomes import InfraError  # noqa: E402
 from envs.sandbox import Sandbox  # noqa: E402
@@ -125,6 +126,20 @@ def test_api_key_never_reaches_the_sandbox(box, e2b_env, caplog):
     assert SECRET not in output and "E2B_API_KEY" not in output
     assert all(SECRET not in str(dict(req.process.envs)) for req in e2b_env.process.started)
     assert SECRET not in caplog.text
+
+
+def test_no_host_secret_reaches_the_sandbox(make_box, task_by_id, e2b_env, monkeypatch):
+    others = {"OPENAI_API_KEY": "sk-fake0123456789abcdef", "HF_TOKEN": "hf_fake0123456789abcdef",
+              "AWS_SECRET_ACCESS_KEY": "fake/aws+secret0123456789", "RAY_AUTH_TOKEN": "fakeraytoken0123456789"}
+    for name, value in others.items():
+        monkeypatch.setenv(name, value)
+    box = make_box()
+    box.start(task_by_id["textkit-001"])
+    output = box.exec("env").output
+    for value in (SECRET, *others.values()):
+        assert value not in output
+    # Every process started in the sandbox got CONTAINER_ENV at most, nothing of the host.
+    assert all(set(dict(req.process.envs)) <= set(CONTAINER_ENV) for req in e2b_env.process.started)
 
 
 def test_template_timeout_keepalive_and_kill_on_close(make_box, task_by_id, monkeypatch, e2b_env):

@@ -1,13 +1,17 @@
 import os
+import pwd
 import shutil
 import socket
+import subprocess
+import tempfile
 import time
 import uuid
 
 import pytest
 
 from configs.schema import SandboxConfig
-from envs.local_sandbox import LocalSandbox
+from envs import local_sandbox as local_sandbox_module
+from envs.local_sandbox import LocalSandbox, clean_env
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import Sandbox
 
@@ -65,6 +69,103 @@ def test_host_environment_is_not_visible(sandbox, monkeypatch):
     output = sandbox.exec("env").output
     assert "E2B_API_KEY" not in output and "fake-secret-key" not in output
     assert "HOME=/tmp" in output and "PYTHONDONTWRITEBYTECODE=1" in output
+
+
+# ---- host secrets: environment, other processes, home -----------------------------------------
+
+HOST_SECRETS = {"E2B_API_KEY": "e2b_fakefakefake0123456789", "OPENAI_API_KEY": "sk-fake0123456789abcdef",
+                "HF_TOKEN": "hf_fake0123456789abcdef", "AWS_SECRET_ACCESS_KEY": "fake/aws+secret0123456789",
+                "RAY_AUTH_TOKEN": "fakeraytoken0123456789"}
+# What bash adds by itself to the environment it is given.
+_SHELL_VARS = {"PWD", "SHLVL", "_", "OLDPWD"}
+
+
+def test_commands_get_only_the_allow_listed_environment(sandbox, monkeypatch):
+    for name, value in HOST_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    names = {line.split("=", 1)[0] for line in sandbox.exec("env").output.splitlines() if "=" in line}
+    assert names <= set(clean_env()) | _SHELL_VARS and "PATH" in names
+    output = sandbox.exec("env; tr '\\0' '\\n' < /proc/self/environ; python -c 'import os; print(dict(os.environ))'").output
+    for name, value in HOST_SECRETS.items():
+        assert name not in output and value not in output
+
+
+@pytest.fixture
+def host_process_secret():
+    """A host process (like a Ray worker holding E2B_API_KEY) with a secret in its environment."""
+    secret = f"hostsecret{uuid.uuid4().hex}"
+    process = subprocess.Popen(["sleep", "300"], env={"PATH": os.environ["PATH"], "SWERVE_FAKE_API_KEY": secret})
+    yield secret, process.pid
+    process.kill()
+    process.wait()
+
+
+def _read_environments(pid: int) -> str:
+    """Every way to another process's environment: pid 1, a known host pid, any pid at all."""
+    return (f"tr '\\0' '\\n' < /proc/1/environ; cat /proc/{pid}/environ; "
+            "grep -a -h -o 'SWERVE_FAKE_API_KEY=[[:alnum:]]*' /proc/[0-9]*/environ; ls /proc")
+
+
+def test_without_isolation_host_environments_are_readable(make_sandbox, task_by_id, host_process_secret):
+    """The probe works: unisolated, a command reads host processes' secrets (why bwrap is the default)."""
+    secret, pid = host_process_secret
+    box = make_sandbox(isolation="none")
+    box.start(task_by_id["textkit-001"])
+    assert secret in box.exec(_read_environments(pid)).output
+
+
+@needs_bwrap
+def test_bwrap_hides_host_process_environments(make_sandbox, task_by_id, host_process_secret):
+    secret, pid = host_process_secret
+    box = make_sandbox(isolation="bwrap")
+    box.start(task_by_id["textkit-001"])
+    result = box.exec(_read_environments(pid))
+    assert secret not in result.output and "SWERVE_FAKE_API_KEY" not in result.output
+    # /proc/1 is the sandbox's own init, whose environment is the clean one.
+    assert "HOME=/tmp" in result.output and str(pid) not in result.output.split()
+
+
+def _home_probe(home: str) -> str:
+    return f"cat {home}/.ssh/id_ed25519 {home}/.aws/credentials; ls -a {home} ~/.ssh ~/.aws"
+
+
+@pytest.fixture
+def fake_home(tmp_path, monkeypatch):
+    """A home outside /tmp (the private /tmp alone would hide it) with an SSH key and AWS credentials."""
+    home = tempfile.mkdtemp(prefix="swerve-home-", dir="/var/tmp" if os.access("/var/tmp", os.W_OK) else tmp_path)
+    secret = f"homesecret{uuid.uuid4().hex}"
+    for name in (".ssh/id_ed25519", ".aws/credentials"):
+        os.makedirs(os.path.dirname(os.path.join(home, name)), exist_ok=True)
+        with open(os.path.join(home, name), "w") as handle:
+            handle.write(secret + "\n")
+    monkeypatch.setenv("HOME", home)
+    yield home, secret
+    shutil.rmtree(home)
+
+
+def test_without_isolation_the_home_is_readable(make_sandbox, task_by_id, fake_home):
+    home, secret = fake_home
+    box = make_sandbox(isolation="none")
+    box.start(task_by_id["textkit-001"])
+    assert secret in box.exec(_home_probe(home)).output
+
+
+@needs_bwrap
+def test_bwrap_hides_the_hosts_home(make_sandbox, task_by_id, fake_home):
+    home, secret = fake_home
+    box = make_sandbox(isolation="bwrap")
+    box.start(task_by_id["textkit-001"])
+    result = box.exec(_home_probe(home))
+    assert result.exit_code != 0 and secret not in result.output
+    assert f"ls: cannot access '{home}': No such file or directory" in result.output
+    # The real home: only the directory of an interpreter that lives there (pyenv, uv) shows.
+    real_home = pwd.getpwuid(os.getuid()).pw_dir
+    kept = {os.path.relpath(p, real_home).split(os.sep)[0] for p in local_sandbox_module._python_dirs()
+            if p.startswith(real_home + os.sep)}
+    listed = set(box.exec(f"ls -A {real_home}").output.split())
+    assert listed & set(os.listdir(real_home)) <= kept
+    for name in (".ssh", ".aws", ".ray", ".config", ".gitconfig", ".netrc"):
+        assert box.exec(f"test -e {real_home}/{name}").exit_code != 0, name
 
 
 def test_reset_restores_files(sandbox):
@@ -154,10 +255,8 @@ def test_bwrap_writes_outside_the_workspace_fail(make_sandbox, task_by_id):
 
 import logging
 import resource
-import tempfile
 import tracemalloc
 
-from envs import local_sandbox as local_sandbox_module
 from envs.cgroups import LeaseCgroup, cgroups_unavailable_reason
 
 _NO_CGROUP = cgroups_unavailable_reason()
