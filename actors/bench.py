@@ -92,10 +92,25 @@ def _lease_starts(make, task, concurrency: int, rounds: int) -> list[float]:
     return times
 
 
+def reliability(cfg: Config, repetitions: int) -> dict:
+    from actors.bench_reliability import reliability as run
+
+    return run(cfg, repetitions)
+
+
+def _reliability_report(result: dict) -> None:
+    from actors.bench_reliability import write_report
+
+    write_report(result)
+
+
 BENCHMARKS: dict[str, Callable[[Config, int], dict]] = {
     "engine_throughput": engine_throughput,
     "sandbox_start": sandbox_start,
+    "reliability": reliability,
 }
+# Benchmarks that also write a report of their own next to the table.
+REPORTS: dict[str, Callable[[dict], None]] = {"reliability": _reliability_report}
 
 
 def run_benchmark(name: str, cfg: Config, repetitions: int) -> dict:
@@ -108,6 +123,8 @@ def run_benchmark(name: str, cfg: Config, repetitions: int) -> dict:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"{name}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     write_table()
+    if name in REPORTS:
+        REPORTS[name](result)
     return result
 
 

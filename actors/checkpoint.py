@@ -16,6 +16,10 @@ barrier rank 0 writes meta.json, fsyncs the directory, renames it to its final n
 is atomic) and fsyncs the root. A process killed at any point before the rename leaves only a
 `.tmp-` directory, which readers ignore and the next save deletes: the previous checkpoint
 stays the latest. Across nodes `root` must be a shared filesystem.
+
+Test hook: with SWERVE_FAULT_CHECKPOINT_PAUSE_S set, rank 0 sleeps that long after the files
+and meta.json are in `.tmp-...` and before the rename, so a restart test can kill the run
+mid-save (the driver forwards the variable to its actors, see actors.launch).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -34,6 +39,7 @@ from policies.hf_dir import MODEL, fsync_dir, fsync_file, write_safetensors
 META = "meta.json"
 EXTRA = "extra.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+PAUSE_ENV = "SWERVE_FAULT_CHECKPOINT_PAUSE_S"
 
 
 def step_dir_name(step: int) -> str:
@@ -131,6 +137,10 @@ def save(root: str, step: int, rank: int, files: dict[str, Callable[[str], None]
         write_json(meta)(os.path.join(tmp, META))
         fsync_file(os.path.join(tmp, META))
         fsync_dir(tmp)
+        pause_s = float(os.environ.get(PAUSE_ENV) or 0)
+        if pause_s:
+            print(f"[swerve] checkpoint {step_dir_name(step)} paused before its rename ({PAUSE_ENV})", flush=True)
+            time.sleep(pause_s)
         if os.path.exists(final):  # the same step saved again (a resumed run): replace it
             os.rename(final, os.path.join(root, ".old-" + step_dir_name(step)))
         os.rename(tmp, final)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import ray
 
+from actors.checkpoint import PAUSE_ENV
 from actors.engine_router import EngineRouter
 from actors.engine_set import EngineSet
 from actors.remote import (NamedEngines, Proxy, RemoteCollector, RemoteEpisode, RemoteTrainer, SandboxLease,
@@ -17,15 +18,21 @@ def namespace(cfg: Config) -> str:
     return cfg.ray.namespace or f"swerve-{cfg.run.name}"
 
 
+def _runtime_env() -> dict | None:
+    # The checkpoint-pause test hook acts in the trainer processes, not in the driver's.
+    pause_s = os.environ.get(PAUSE_ENV)
+    return {"env_vars": {PAUSE_ENV: pause_s}} if pause_s else None
+
+
 def init_ray(cfg: Config) -> None:
     """Join the cluster named by ray.address / RAY_ADDRESS (as `ray job submit` sets), else start one."""
     if ray.is_initialized():
         return
     address = cfg.ray.address or os.environ.get("RAY_ADDRESS", "")
     if address:
-        ray.init(address=address, namespace=namespace(cfg))
+        ray.init(address=address, namespace=namespace(cfg), runtime_env=_runtime_env())
     else:
-        ray.init(num_cpus=cfg.ray.num_cpus or None, namespace=namespace(cfg),
+        ray.init(num_cpus=cfg.ray.num_cpus or None, namespace=namespace(cfg), runtime_env=_runtime_env(),
                  include_dashboard=False, _node_ip_address="127.0.0.1")
 
 

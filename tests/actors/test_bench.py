@@ -27,3 +27,27 @@ def test_overrides_after_options_are_accepted():
 
     args, extra = parser().parse_known_args(["bench", "sandbox_start", "--repetitions", "2", "sandbox.pool_size=2"])
     assert args.name == "sandbox_start" and extra == ["sandbox.pool_size=2"]
+
+
+def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from actors import bench_reliability
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    # Tiny size: the restart-torture and node-loss scenarios run in their own tests
+    # (test_restart_torture.py, test_faults.py); here the entry point, one fault run and the catalog.
+    monkeypatch.setattr(bench_reliability, "SCENARIOS", ("faults", "bad_inputs"))
+    assert main(["bench", "reliability", "--config", str(repo / "tests" / "smoke.yaml"), "--repetitions", "1",
+                 f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
+                 "rollout.max_tokens_per_turn=16"]) == 0
+    result = json.loads((tmp_path / "bench" / "results" / "reliability.json").read_text())
+    keys = ("faults_injected", "faults_recovered", "samples_lost", "trained_twice", "bad_inputs_tried",
+            "bad_inputs_refused")
+    assert all(isinstance(result[k], int) for k in keys), result
+    assert result["scenarios"] == ["faults", "bad_inputs"] and result["bad_inputs_tried"] >= 1
+    assert result["samples_lost"] == 0 and result["trained_twice"] == 0
+    assert result["faults_recovered"] == result["faults_injected"] >= 1
+    assert "| faults injected |" in (tmp_path / "RELIABILITY.md").read_text()
+    assert "| reliability |" in (tmp_path / "BENCHMARKS.md").read_text()

@@ -1,0 +1,64 @@
+"""Run by tests/actors/test_faults.py in its own process: a 2-node ray.cluster_utils.Cluster (the head
+runs the driver, collector, episodes, engines and trainer; the other node declares `sandbox` and holds
+every sandbox actor). Once the run has trained a step, the sandbox node is removed (its processes
+killed) and a fresh sandbox node joins, as an autoscaler would replace it. Prints one JSON line:
+the run's accounting plus where the episode actors ran."""
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.state import list_actors
+
+from placement_run import free_port, node_args
+
+
+def remove_after_first_step(cluster: Cluster, node, metrics: Path, report: dict, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (metrics.exists() and metrics.read_text().strip()):
+        if time.monotonic() > deadline:
+            report["error"] = f"no step within {timeout_s} s"
+            return
+        time.sleep(0.5)
+    actors = list_actors(filters=[("ray_namespace", "=", "swerve-node-loss"), ("state", "=", "ALIVE")], limit=1000)
+    report["sandboxes_on_removed_node"] = sum(1 for a in actors if (a.get("name") or "").startswith("sandbox-"))
+    report["episode_nodes"] = sorted({a["node_id"] for a in list_actors(
+        filters=[("ray_namespace", "=", "swerve-node-loss")], detail=True, limit=1000)
+        if (a.get("name") or "").startswith("episode-")})
+    cluster.remove_node(node)
+    report["removed_at_step"] = len(metrics.read_text().splitlines())
+    cluster.add_node(**node_args({"sandbox": 100}))
+    report["nodes_removed"] = 1
+
+
+def main(run_dir: str, cache: str, total_steps: int) -> None:
+    from actors.driver import train
+    from configs import load_config
+
+    cluster = Cluster(initialize_head=True, head_node_args=node_args(
+        {"compute": 100}, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port()))
+    sandbox_node = cluster.add_node(**node_args({"sandbox": 100}))
+    ray.init(address=cluster.address, namespace="node-loss-driver")
+    cfg = load_config("tests/smoke.yaml", [
+        f"run.dir={run_dir}", "run.name=node-loss", f"trainer.total_steps={total_steps}", "engine.num_engines=1",
+        f"model.cache_dir={cache}", f"tokenizer.cache_dir={cache}", "rollout.max_turns=2",
+        "rollout.max_tokens_per_turn=16", "rollout.max_infra_retries=8",
+        "ray.sandbox_resource=sandbox", "ray.engine_resource=compute", "ray.trainer_resource=compute",
+    ])
+    report = {"head_node": cluster.head_node.node_id, "nodes_removed": 0}
+    remover = threading.Thread(target=remove_after_first_step, daemon=True, args=(
+        cluster, sandbox_node, Path(run_dir) / "node-loss" / "metrics.jsonl", report, 600.0))
+    remover.start()
+    path = train(cfg)
+    remover.join(timeout=60)
+    report["accounting"] = json.loads((path / "accounting.json").read_text())
+    print(json.dumps(report))
+    ray.shutdown()
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
