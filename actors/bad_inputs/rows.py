@@ -41,6 +41,15 @@ def _rows_probe(bad) -> Callable[[Path], ProbeResult]:
     return run
 
 
+def _corrupt_parquet(tmp_dir: Path) -> ProbeResult:
+    # A directory of row files: the good rows in JSONL, binary garbage named .parquet.
+    (tmp_dir / "good.jsonl").write_text("".join(json.dumps(row) + "\n" for row in GOOD))
+    (tmp_dir / "bad.parquet").write_bytes(b"PAR1\x00\xffnot really parquet")
+    task_set = load_task_set(str(tmp_dir), split="all", format="swebench")
+    message = "; ".join(str(skipped) for skipped in task_set.skipped) or "no row skipped"
+    return ProbeResult(len(task_set.tasks) == len(GOOD) and len(task_set.skipped) == 1, message)
+
+
 def _without(row: dict, name: str) -> dict:
     return {key: value for key, value in row.items() if key != name}
 
@@ -53,6 +62,7 @@ PROBES = [
     Probe("task_rows_wrong_type", "task_rows", _rows_probe(swebench_row("owner__proj-3", repo=7)),
           "field 'repo': expected a string, got int"),
     Probe("task_rows_empty_id", "task_rows", _rows_probe(swebench_row("")), "field 'instance_id': empty"),
+    Probe("task_rows_corrupt_parquet", "task_rows", _corrupt_parquet, "not a readable parquet file"),
     Probe("task_rows_duplicate_id", "task_rows", _rows_probe(swebench_row("owner__proj-1")),
           "duplicate of rows.jsonl:1"),
 ]

@@ -71,10 +71,17 @@ def _json_row(raw: bytes, unit: str) -> Any:
 
 def _parquet_rows(file: Path) -> Iterator[Tuple[str, Any]]:
     try:
+        import pyarrow
         import pyarrow.parquet as pq
     except ImportError as error:
         raise ImportError(f"reading {file} needs pyarrow (pip install pyarrow)") from error
-    for number, row in enumerate(pq.read_table(file).to_pylist(), 1):
+    try:
+        table = pq.read_table(file)
+    except pyarrow.ArrowException as error:
+        # One unreadable file of a directory of row files must not hide the others' rows.
+        yield file.name, RowError("parquet", f"not a readable parquet file: {error}")
+        return
+    for number, row in enumerate(table.to_pylist(), 1):
         yield f"{file.name} row {number}", row
 
 

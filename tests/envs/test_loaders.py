@@ -124,6 +124,18 @@ def test_binary_garbage_and_duplicate_rows_are_skipped_and_named(tmp_path):
     assert skipped.field == "json" and "not a JSON file: invalid UTF-8" in skipped.reason
 
 
+def test_a_corrupt_parquet_file_is_skipped_and_the_other_files_load(tmp_path):
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    write_jsonl(rows / "good.jsonl", [swebench_row("a__b-1")])
+    (rows / "bad.parquet").write_bytes(b"PAR1\x00garbage")
+    task_set = load_task_set(str(rows), format="swebench")
+    assert [t.id for t in task_set.tasks] == ["a__b-1"]
+    (skipped,) = task_set.skipped
+    assert (skipped.row, skipped.field) == ("bad.parquet", "parquet")
+    assert "not a readable parquet file" in skipped.reason
+
+
 def test_split_field_and_all(tmp_path):
     path = write_jsonl(tmp_path / "rows.jsonl", [
         swebench_row("a__b-1"), swebench_row("a__b-2", split="eval"), swebench_row("a__b-3", split="train")])
