@@ -93,6 +93,19 @@ def test_command_timeout_is_reported(tmp_path, task_by_id):
     environment.close()
 
 
+def test_oversized_replies_and_commands_are_format_errors_and_the_episode_goes_on(env, task_by_id):
+    # Without the parser's limits a 200 kB command fails exec (E2BIG) as an infrastructure error.
+    env.reset(options={"task": task_by_id["textkit-001"]})
+    huge_reply = "word " * 300_000 + bash("ls")
+    observation, reward, terminated, _, info = env.step(huge_reply)
+    assert observation.startswith("Format error: the reply is") and "over the limit" in observation
+    assert (reward, terminated, info["exec_s"]) == (0.0, False, 0.0)
+    observation, _, terminated, _, _ = env.step(bash("echo " + "y" * 200_000))
+    assert "over the limit of 100000" in observation and not terminated
+    observation, _, terminated, _, _ = env.step(bash("echo still-here"))
+    assert observation == "exit code: 0\nstill-here\n" and not terminated
+
+
 def test_seeded_reset_picks_the_same_task(env):
     first = env.reset(seed=5)[1]["task_id"]
     assert env.reset(seed=5)[1]["task_id"] == first
