@@ -44,7 +44,10 @@ def _leaf_type(key: str):
     """The annotated type of a leaf key ("trainer.betas[0]" is an element of trainer.betas)."""
     node, hint = Config, None
     for name in key.split("[")[0].split("."):
-        hint = typing.get_type_hints(node)[name]
+        hints = typing.get_type_hints(node) if node is not None else {}
+        if name not in hints:
+            return None  # inside a free-form mapping (env.kwargs): no declared type
+        hint = hints[name]
         node = hint if is_dataclass(hint) else None
     if "[" in key:
         args = typing.get_args(hint)
@@ -61,7 +64,7 @@ def _describe(hint) -> str:
         return f"a list of {_describe(args[0]).split(' ', 1)[-1]}s" if args else "a list"
     if origin is dict:
         return "a mapping of names to values"
-    return str(hint)
+    return "the type configs/schema.py declares" if hint is None else str(hint)
 
 
 def _type_error(err: ValidationError) -> ConfigError:

@@ -125,3 +125,12 @@ def test_yaml_that_is_not_a_mapping_or_not_yaml_names_the_file(tmp_path):
     broken.write_text("engine: {num_engines: 2\n")
     with pytest.raises(ConfigError, match=r"(?s)broken.yaml' is not valid YAML .*line 2"):
         load_config(str(broken))
+
+
+def test_expected_type_is_described_for_nested_and_free_form_keys():
+    from configs.loader import _describe, _leaf_type
+
+    assert _describe(_leaf_type("trainer.betas[1]")) == "a number"
+    assert _describe(_leaf_type("tasks.ids")) == "a list of strings"
+    # A key inside env.kwargs has no declared type; describing it must not raise.
+    assert _describe(_leaf_type("env.kwargs.depth.x")) == "the type configs/schema.py declares"
