@@ -40,7 +40,8 @@ def summarize(observation: str) -> str:
 
 
 def run_in_episode(tmp_dir: Path, command: str, cgroup: str = "auto"):
-    """(observation, info, terminated, follow-up observation, sandbox cgroup pids left)."""
+    """(observation, info, terminated, follow-up observation, times the lease's pids limit was
+    hit: None without a lease cgroup)."""
     task = load_task_set("builtin", ids=[TASK_ID]).tasks[0]
     sandbox = LocalSandbox(SandboxConfig(workdir_root=str(tmp_dir), isolation="bwrap", cgroup=cgroup,
                                          max_processes=MAX_PROCESSES, max_output_bytes=MAX_OUTPUT_BYTES))
@@ -49,23 +50,22 @@ def run_in_episode(tmp_dir: Path, command: str, cgroup: str = "auto"):
         env.reset(options={"task": task, "sandbox": sandbox})
         observation, _, terminated, _, info = env.step(f"```bash\n{command}\n```")
         follow_up = env.step("```bash\necho still-alive\n```")[0]
-        left = sandbox.cgroup.pids() if sandbox.cgroup is not None else []
+        limit_hits = int(sandbox.cgroup.read("pids.events").split()[-1]) if sandbox.cgroup is not None else None
     finally:
         env.close()
-    return observation, info, terminated, follow_up, left
+    return observation, info, terminated, follow_up, limit_hits
 
 
-def _probe(command: str, contained: Callable[[str, dict], bool], cgroup: str = "auto",
+def _probe(command: str, contained: Callable[[str, dict, Optional[int]], bool], cgroup: str = "auto",
            host_path: Optional[Path] = None) -> Callable[[Path], ProbeResult]:
     def run(tmp_dir: Path) -> ProbeResult:
-        observation, info, terminated, follow_up, left = run_in_episode(tmp_dir, command, cgroup)
+        observation, info, terminated, follow_up, limit_hits = run_in_episode(tmp_dir, command, cgroup)
         message = summarize(observation)
         if host_path is not None and host_path.exists():
             host_path.unlink()
             return ProbeResult(False, f"wrote {host_path} on the host: {message}")
-        ok = contained(observation, info) and not left
         goes_on = not terminated and "still-alive" in follow_up
-        return ProbeResult(ok and goes_on, message)
+        return ProbeResult(contained(observation, info, limit_hits) and goes_on, message)
     return run
 
 
@@ -79,22 +79,22 @@ def _injection(tmp_dir: Path) -> ProbeResult:
 
 PROBES = [
     Probe("command_hangs", "command",
-          _probe("sleep 600", lambda obs, info: info["exit_code"] == 124 and "timed out" in obs),
+          _probe("sleep 600", lambda obs, info, _: info["exit_code"] == 124 and "timed out" in obs),
           f"timed out after {COMMAND_TIMEOUT_S}s", needs="bwrap"),
     Probe("command_floods_output", "command",
-          _probe("yes | head -c 50000000", lambda obs, info: "characters elided" in obs
+          _probe("yes | head -c 50000000", lambda obs, info, _: "characters elided" in obs
                  and len(obs) <= SWEEnvConfig().max_observation_chars),
           "characters elided", needs="bwrap"),
     Probe("command_fork_bomb", "command",
           # The sleep keeps the bomb forking until it meets the lease's pids limit.
-          _probe(":(){ :|:& };:; sleep 1", lambda obs, info: "fork" in obs, cgroup="required"),
+          _probe(":(){ :|:& };:; sleep 1", lambda obs, info, hits: "fork" in obs and hits > 0, cgroup="required"),
           "Resource temporarily unavailable", needs="cgroup"),
     Probe("command_tries_the_network", "command",
           _probe("python -c \"import socket; socket.create_connection(('1.1.1.1', 80), timeout=2)\"",
-                 lambda obs, info: info["exit_code"] != 0),
+                 lambda obs, info, _: info["exit_code"] != 0),
           "Network is unreachable", needs="bwrap"),
     Probe("command_writes_outside_the_workspace", "command",
-          _probe(f"echo pwned > /etc/{MARKER}", lambda obs, info: info["exit_code"] != 0,
+          _probe(f"echo pwned > /etc/{MARKER}", lambda obs, info, _: info["exit_code"] != 0,
                  host_path=Path("/etc") / MARKER),
           "Read-only file system", needs="bwrap"),
     Probe("command_output_prompt_injection", "command", _injection, "neutralized", needs="bwrap"),
