@@ -65,17 +65,16 @@ def secret_values(environ: dict | None = None) -> list[str]:
     environ = os.environ if environ is None else environ
     found = {value for name, value in environ.items() if is_secret_name(name) and len(value) >= REDACTED_MIN_CHARS}
     token_path = environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    token = _file_secret(token_path)
-    if len(token) >= REDACTED_MIN_CHARS:
-        found.add(token)
+    if os.path.isfile(token_path):
+        token = _file_secret(token_path, os.stat(token_path).st_mtime_ns)
+        if len(token) >= REDACTED_MIN_CHARS:
+            found.add(token)
     return sorted(found, key=len, reverse=True)
 
 
 @functools.lru_cache(maxsize=8)
-def _file_secret(path: str) -> str:
-    """A secret file's stripped content, "" when there is none (read once per path)."""
-    if not os.path.isfile(path):
-        return ""
+def _file_secret(path: str, mtime_ns: int) -> str:
+    """A secret file's stripped content, read again only when the file changes (`ray start` rewrites it)."""
     with open(path, encoding="utf-8", errors="replace") as handle:
         return handle.read().strip()
 
@@ -108,7 +107,8 @@ def _redact(obj: Any, values: tuple[str, ...]) -> Any:
     if isinstance(obj, dict):
         return {_redact(k, values): _redact_named(str(k), v, values) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_redact(item, values) for item in obj)
+        items = [_redact(item, values) for item in obj]
+        return obj._make(items) if isinstance(obj, tuple) and hasattr(obj, "_make") else type(obj)(items)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {f.name: _redact_named(f.name, getattr(obj, f.name), values)
                    for f in dataclasses.fields(obj) if f.init}

@@ -1,4 +1,5 @@
 """Secrets never reach run files, eval outputs, logs, prints or metric tags; our servers bind loopback."""
+import collections
 import dataclasses
 import json
 import logging
@@ -68,8 +69,11 @@ def test_nested_objects_blank_secret_named_keys_and_values(env_secret):
         max_tokens: int = 7
         args: tuple = ("--flag", env_secret)
 
-    obj = {"token_ids": [1, 2], "password": "pw", "nested": [{"msg": f"got {env_secret}"}], "section": Section()}
+    Pair = collections.namedtuple("Pair", "left right")
+    obj = {"token_ids": [1, 2], "password": "pw", "nested": [{"msg": f"got {env_secret}"}], "section": Section(),
+           "pair": Pair(1, env_secret)}
     clean = redact.redact(obj)
+    assert clean["pair"] == Pair(1, REDACTED)
     assert clean["token_ids"] == [1, 2] and clean["password"] == REDACTED
     assert clean["nested"] == [{"msg": f"got {REDACTED}"}]
     assert clean["section"] == Section(api_key=REDACTED, max_tokens=7, args=("--flag", REDACTED))
