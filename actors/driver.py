@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import ray
+from ray.exceptions import RayActorError
 
 from actors.fault_report import fault_report
-from actors.launch import Fleet, init_ray, kill, launch, shutdown, start_episodes
+from actors.launch import Fleet, init_ray, kill, launch, replace_episode, shutdown, start_episodes
 from actors.metrics_export import MetricsExporter
 from actors.plots import write_plots
 from actors.restart import resume_run, save_run_checkpoint
@@ -32,8 +33,14 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
             return batch
         fleet.engine_set.maybe_replace_dead()  # a dead engine comes back with the current weights
         finished, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=0)
-        if finished:
-            ray.get(finished)  # an episode loop only ends early by crashing: surface its error
+        for ref in finished:
+            index = fleet.episode_runs.index(ref)
+            try:
+                ray.get(ref)
+            except RayActorError as err:  # its process or node died: the run goes on without that work
+                replace_episode(fleet, cfg, index, str(err))
+                continue
+            # An episode loop only ends early by crashing (a RayTaskError above surfaces its error).
             raise RuntimeError("episode actors stopped before the run ended")
         if time.monotonic() >= next_status:
             acc = ray.get(fleet.collector.accounting.remote())
@@ -124,6 +131,7 @@ def train(cfg: Config) -> Path:
         faults = fault_report(results, fleet.engine_set.kills_injected, fleet.engine_set.restarts)
         run_dir.write_accounting({**accounting, "episode_actors": results, "faults": faults,
                                   "engine_replacements": fleet.engine_set.restarts,
+                                  "episode_replacements": fleet.episode_replacements,
                                   "tasks_skipped_quarantined": quarantined})
     finally:
         kill(fleet)

@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.checkpoint import PAUSE_ENV
 from actors.engine_router import EngineRouter
@@ -12,6 +13,7 @@ from actors.engine_set import EngineSet
 from actors.remote import (NamedEngines, Proxy, RemoteCollector, RemoteEpisode, RemoteTrainer, SandboxLease,
                            engine_call, placement)
 from configs import Config
+from envs.outcomes import InfraSource
 
 
 def namespace(cfg: Config) -> str:
@@ -43,6 +45,8 @@ class Fleet:
     collector: object
     episodes: list
     episode_runs: list
+    tokenizer_path: str = ""
+    episode_replacements: int = 0
 
     @property
     def engines(self) -> list:
@@ -67,23 +71,41 @@ def launch(cfg: Config, model_path: str, tasks: list) -> Fleet:
         r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)]
     addr, port = ray.get(trainers[0].rendezvous_address.remote())
     ray.get([t.join.remote(addr, port) for t in trainers])
-    collector = RemoteCollector.options(**_opts(cfg, "collector")).remote(
+    # The books live on the driver's node: losing that node is losing the driver, which the
+    # checkpoint/resume path covers; any other node may go (its actors are replaced).
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    collector = RemoteCollector.options(**_opts(cfg, "collector"), scheduling_strategy=here).remote(
         cfg.rollout, tasks, [t.id for t in tasks], cfg.run.seed)
     return Fleet(engine_set, trainers, collector, [], [])
 
 
+def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
+    ns, seed = namespace(cfg), cfg.run.seed + generation * 1_000_003
+    label = f"{i}-g{generation}" if generation else str(i)
+    return RemoteEpisode.options(**_opts(cfg, f"episode-{label}")).remote(
+        i, cfg.rollout, cfg.env, fleet.tokenizer_path,
+        EngineRouter(fleet.engines, engine_call, cfg.faults.llm_error_rate, seed=seed * 7919 + i,
+                     lookup=NamedEngines(ns)),
+        Proxy(fleet.collector),
+        SandboxLease(i, cfg.sandbox, cfg.faults, ns, seed=seed * 104729 + i, resource=cfg.ray.sandbox_resource,
+                     label=label))
+
+
 def start_episodes(fleet: Fleet, cfg: Config, tokenizer_path: str) -> None:
-    ns, seed = namespace(cfg), cfg.run.seed
-    fleet.episodes = [
-        RemoteEpisode.options(**_opts(cfg, f"episode-{i}")).remote(
-            i, cfg.rollout, cfg.env, tokenizer_path,
-            EngineRouter(fleet.engines, engine_call, cfg.faults.llm_error_rate, seed=seed * 7919 + i,
-                         lookup=NamedEngines(ns)),
-            Proxy(fleet.collector),
-            SandboxLease(i, cfg.sandbox, cfg.faults, ns, seed=seed * 104729 + i, resource=cfg.ray.sandbox_resource))
-        for i in range(cfg.rollout.num_episode_actors)
-    ]
+    fleet.tokenizer_path = tokenizer_path
+    fleet.episodes = [_episode(fleet, cfg, i, 0) for i in range(cfg.rollout.num_episode_actors)]
     fleet.episode_runs = [e.run.remote() for e in fleet.episodes]
+
+
+def replace_episode(fleet: Fleet, cfg: Config, i: int, reason: str) -> int:
+    """Episode actor i died (its process or its node): its in-flight work is re-run as an infra error
+    of the env, and a new actor takes its place. Returns how many items it held."""
+    held = ray.get(fleet.collector.abandon.remote(f"episode-{i}", InfraSource.ENV.value, reason))
+    fleet.episode_replacements += 1
+    fleet.episodes[i] = _episode(fleet, cfg, i, fleet.episode_replacements)
+    fleet.episode_runs[i] = fleet.episodes[i].run.remote()
+    print(f"[swerve] episode-{i} died ({reason.splitlines()[0][:120]}); replaced, {held} items re-run", flush=True)
+    return held
 
 
 def shutdown(fleet: Fleet, grace_s: float) -> list:

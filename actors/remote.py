@@ -115,8 +115,9 @@ class SandboxLease:
     RPC_MARGIN_S = 30.0
 
     def __init__(self, index: int, cfg: SandboxConfig, faults: FaultsConfig, namespace: str, seed: int,
-                 resource: str = ""):
+                 resource: str = "", label: str = ""):
         self.index, self.cfg, self.faults, self.namespace = index, cfg, faults, namespace
+        self.label = label or str(index)  # names its actors: a replaced episode's lease needs fresh names
         self.resource = resource
         self._rng = random.Random(seed)
         self._handle = None
@@ -139,7 +140,7 @@ class SandboxLease:
         if self._handle is None:
             suffix = f"-r{self.generation}" if self.generation else ""
             self._handle = RemoteSandbox.options(
-                name=f"sandbox-{self.index}{suffix}", namespace=self.namespace, num_cpus=0,
+                name=f"sandbox-{self.label}{suffix}", namespace=self.namespace, num_cpus=0,
                 **placement(self.resource),
             ).remote(self.index, self.cfg)
             self.generation += 1

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 from actors.batch_stats import batch_stats
 from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem
 from configs.schema import RolloutConfig
+from envs.outcomes import Outcome
 
 STOP = "stop"
 COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined",
@@ -64,6 +65,7 @@ class SampleCollector:
         self._groups: dict[int, _Group] = {}
         self._pending: deque[WorkItem] = deque()
         self._in_flight: dict[tuple[int, int, int], WorkItem] = {}
+        self._worker_of: dict[tuple[int, int, int], str] = {}  # who runs each in-flight item (see abandon)
         self._trained_keys: set[tuple[int, int, int]] = set()
         self._finished_since_batch: list[Trajectory] = []
         self._stopped = False
@@ -116,11 +118,23 @@ class SampleCollector:
         self.counts["admitted"] += 1
         self.counts["in_flight"] += 1
         self._in_flight[(item.group_id, item.member, item.attempt)] = item
+        self._worker_of[(item.group_id, item.member, item.attempt)] = worker
         return item
+
+    def abandon(self, worker: str, source: str, reason: str) -> int:
+        """The worker died (its process or node): its in-flight work ends as infra_error(source) and
+        is re-run like any infra error. Returns how many items it held."""
+        keys = [k for k, w in self._worker_of.items() if w == worker and k in self._in_flight]
+        for key in keys:
+            item = self._in_flight[key]
+            self.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
+                                   outcome=Outcome.INFRA_ERROR.value, infra_source=source, error=reason[:2000]))
+        return len(keys)
 
     # -- results ----------------------------------------------------------------------
     def submit(self, traj: Trajectory) -> None:
         key = (traj.group_id, traj.member, traj.attempt)
+        self._worker_of.pop(key, None)
         if self._in_flight.pop(key, None) is None:
             # A result from before a restart (re-admitted since) or a duplicate: never counted twice.
             raise AccountingError(f"trajectory {key} was not in flight")
@@ -255,6 +269,7 @@ class SampleCollector:
         self.counts["in_flight"] -= len(lost)
         self._pending = deque(lost + pending)
         self._in_flight = {}
+        self._worker_of = {}
         self.readmitted = state["readmitted"] + len(lost)
         self.accounting()
         return len(lost)

@@ -77,8 +77,8 @@ class RayHead:
     def _alive_actors(self, namespace: str):
         """Names of the live actors in `namespace` (None while the head does not answer)."""
         code = ("import json, ray; from ray.util.state import list_actors; ray.init(address=%r, log_to_driver=False); "
-                "print(json.dumps([a['name'] for a in list_actors(filters=[('state', '=', 'ALIVE')], "
-                "detail=True, limit=10000) if a.get('ray_namespace') == %r]))" % (self.gcs, namespace))
+                "print(json.dumps([a['name'] for a in list_actors(filters=[('state', '=', 'ALIVE'), "
+                "('ray_namespace', '=', %r)], limit=10000)]))" % (self.gcs, namespace))
         out = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True, text=True, timeout=120)
         return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
 

@@ -90,6 +90,8 @@ def test_removed_node_costs_episodes_not_the_run(tmp_path, swerve_cache, capsys)
     show(capsys, "node removal", f"node_removed | {report['nodes_removed']} | "
          f"{int(acc['infra_excluded'] >= 1 and acc['identity_holds'])} (infra_excluded={acc['infra_excluded']})")
     assert report["nodes_removed"] == 1 and report["sandboxes_on_removed_node"] >= 1
-    assert report["episode_nodes"] == [report["head_node"]]
+    # Episode actors that lived on the removed node were replaced (their work re-run), never fatal.
+    on_removed = sum(node != report["head_node"] for node in report["episode_nodes"])
+    assert acc["episode_replacements"] >= (1 if on_removed else 0)
     assert acc["admitted"] == sum(acc[k] for k in IDENTITY) and acc["in_flight"] == 0
     assert acc["infra_excluded"] >= 1 and acc["quarantined"] == 0

@@ -1,6 +1,6 @@
 """Run by tests/actors/test_faults.py in its own process: a 2-node ray.cluster_utils.Cluster (the head
-runs the driver, collector, episodes, engines and trainer; the other node declares `sandbox` and holds
-every sandbox actor). Once the run has trained a step, the sandbox node is removed (its processes
+declares `compute` and runs the driver, engines and trainer; the other node declares `sandbox` and holds
+every sandbox actor, and whatever else Ray puts there, e.g. episode actors). Once the run has trained a step, the sandbox node is removed (its processes
 killed) and a fresh sandbox node joins, as an autoscaler would replace it. Prints one JSON line:
 the run's accounting plus where the episode actors ran."""
 import json
@@ -16,18 +16,17 @@ from ray.util.state import list_actors
 from placement_run import free_port, node_args
 
 
-def remove_after_first_step(cluster: Cluster, node, metrics: Path, report: dict, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def remove_after_first_step(cluster: Cluster, node, metrics: Path, report: dict, trainer: threading.Thread) -> None:
+    """In the main thread (Ray's node start installs signal handlers), while `trainer` runs the run."""
     while not (metrics.exists() and metrics.read_text().strip()):
-        if time.monotonic() > deadline:
-            report["error"] = f"no step within {timeout_s} s"
+        if not trainer.is_alive():
             return
         time.sleep(0.5)
-    actors = list_actors(filters=[("ray_namespace", "=", "swerve-node-loss"), ("state", "=", "ALIVE")], limit=1000)
-    report["sandboxes_on_removed_node"] = sum(1 for a in actors if (a.get("name") or "").startswith("sandbox-"))
-    report["episode_nodes"] = sorted({a["node_id"] for a in list_actors(
-        filters=[("ray_namespace", "=", "swerve-node-loss")], detail=True, limit=1000)
-        if (a.get("name") or "").startswith("episode-")})
+    actors = [a for a in list_actors(filters=[("ray_namespace", "=", "swerve-node-loss"), ("state", "=", "ALIVE")],
+                                     detail=True, limit=1000) if a.get("name")]
+    report["sandboxes_on_removed_node"] = sum(a["name"].startswith("sandbox-") and a["node_id"] == node.node_id
+                                              for a in actors)
+    report["episode_nodes"] = sorted(a["node_id"] for a in actors if a["name"].startswith("episode-"))
     cluster.remove_node(node)
     report["removed_at_step"] = len(metrics.read_text().splitlines())
     cluster.add_node(**node_args({"sandbox": 100}))
@@ -49,12 +48,21 @@ def main(run_dir: str, cache: str, total_steps: int) -> None:
         "ray.sandbox_resource=sandbox", "ray.engine_resource=compute", "ray.trainer_resource=compute",
     ])
     report = {"head_node": cluster.head_node.node_id, "nodes_removed": 0}
-    remover = threading.Thread(target=remove_after_first_step, daemon=True, args=(
-        cluster, sandbox_node, Path(run_dir) / "node-loss" / "metrics.jsonl", report, 600.0))
-    remover.start()
-    path = train(cfg)
-    remover.join(timeout=60)
-    report["accounting"] = json.loads((path / "accounting.json").read_text())
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["path"] = train(cfg)
+        except BaseException as err:  # noqa: BLE001 - handed to the main thread, which re-raises it
+            outcome["error"] = err
+
+    trainer = threading.Thread(target=run)
+    trainer.start()
+    remove_after_first_step(cluster, sandbox_node, Path(run_dir) / "node-loss" / "metrics.jsonl", report, trainer)
+    trainer.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    report["accounting"] = json.loads((outcome["path"] / "accounting.json").read_text())
     print(json.dumps(report))
     ray.shutdown()
     cluster.shutdown()
