@@ -119,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from actors import redact
+
+    redact.install()  # every command's logs and prints, before anything can print a secret
     top = parser()
     args, extra = top.parse_known_args(argv)
     # key=value overrides may come after options (`swerve bench NAME --repetitions 3 k=v`).

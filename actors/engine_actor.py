@@ -236,6 +236,8 @@ class EngineActor:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __del__(self):
+        if "server" not in self.__dict__:
+            return  # __init__ never ran or failed early (Ray builds such instances): nothing to close
         try:
             self.close()
         except Exception:  # noqa: BLE001 - at interpreter exit; logged, not raised from a finalizer

@@ -120,7 +120,10 @@ class SWEEnv(gymnasium.Env):
         header = f"exit code: {result.exit_code}"
         if result.timed_out:
             header += f" (timed out after {self.config.command_timeout_s}s; the command was killed)"
-        info = {"outcome": None, "exec_s": result.duration_s, "exit_code": result.exit_code}
+        if result.output_truncated:
+            header += " (output truncated at sandbox.max_output_bytes; narrow it with head or grep)"
+        info = {"outcome": None, "exec_s": result.duration_s, "exit_code": result.exit_code,
+                "output_truncated": result.output_truncated}
         return self._fit(f"{header}\n{result.output}"), 0.0, False, False, info
 
     def _submit(self):

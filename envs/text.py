@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from gymnasium import spaces
 
+from policies.actions import MAX_REPLY_CHARS
+
 # Whitespace, printable ASCII and the rest of the Basic Multilingual Plane, less control
 # characters and surrogates: what command output and source code contain in practice.
 FULL_CHARSET: frozenset[str] = frozenset(
@@ -12,8 +14,8 @@ FULL_CHARSET: frozenset[str] = frozenset(
     + "".join(chr(c) for c in range(0xE000, 0xFFFE))
 )
 REPLACEMENT = "\ufffd"
-# Large enough for any reply an agent may send in one turn.
-MAX_ACTION_CHARS = 1_000_000
+# The action space admits any reply parse_action will judge (longer ones are format errors).
+MAX_ACTION_CHARS = MAX_REPLY_CHARS
 
 
 def text_space(max_length: int) -> spaces.Text:
