@@ -62,7 +62,12 @@ class RayHead:
              "--dashboard-host=127.0.0.1", f"--num-cpus={self.num_cpus}", f"--temp-dir={self.ray_tmp}",
              "--disable-usage-stats", *(f"--{k}={v}" for k, v in ports.items())],
             env=self.env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: self._alive_actors("") is not None, 120, "the Ray head to answer", poll_s=1)
+        self.dashboard = f"http://127.0.0.1:{ports['dashboard-port']}"
+        try:
+            wait_until(lambda: self._alive_actors("") is not None, 120, "the Ray head to answer", poll_s=1)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -76,9 +81,10 @@ class RayHead:
 
     def _alive_actors(self, namespace: str):
         """Names of the live actors in `namespace` (None while the head does not answer)."""
-        code = ("import json, ray; from ray.util.state import list_actors; ray.init(address=%r, log_to_driver=False); "
-                "print(json.dumps([a['name'] for a in list_actors(filters=[('state', '=', 'ALIVE'), "
-                "('ray_namespace', '=', %r)], limit=10000)]))" % (self.gcs, namespace))
+        # By the dashboard's address: other Ray instances may run on this machine.
+        code = ("import json; from ray.util.state import list_actors; "
+                "print(json.dumps([a['name'] for a in list_actors(address=%r, filters=[('state', '=', 'ALIVE'), "
+                "('ray_namespace', '=', %r)], limit=10000)]))" % (self.dashboard, namespace))
         out = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True, text=True, timeout=120)
         return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
 
