@@ -8,10 +8,10 @@ RL stage's predictions.jsonl and learning_curve.png.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 
+from actors.run_dir import write_json
 from configs import Config
 
 
@@ -75,7 +75,7 @@ def _summarize(cfg: Config, root: Path, reports: dict[str, dict]) -> dict:
         "eval_tasks": reports[last]["num_tasks"],
         "stages": list(reports),
     }
-    (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(root / "summary.json", summary)
     _plot(reports, root / "learning_curve.png")
     print("stage | pass@1 | attempts/task | tasks")
     for stage, report in reports.items():

@@ -11,7 +11,7 @@ import random
 from typing import List
 
 # Bump when the generator changes, so cached tokenizers are rebuilt.
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2
 _SEED = 0
 # Enough distinct words for every merge of a 4096-token vocabulary; trains in ~1 s.
 _NUM_DOCUMENTS = 12000
@@ -160,7 +160,35 @@ def _reply(rng: random.Random) -> str:
     return f"THOUGHT: {thought}\n\n```bash\n{_command(rng)}\n```"
 
 
+def _micro_task(rng: random.Random) -> str:
+    """Text of a generated training task (envs/micro.py: issue, module, tests) or of the
+    commands and outputs that solve one: the embedded default reads and writes exactly these."""
+    from envs.micro import generate
+
+    task = rng.choice(_micro_tasks(generate))
+    name = task.problem_statement.split(" ", 1)[0]
+    return rng.choice([
+        task.problem_statement, task.files["mod.py"], task.files["test_mod.py"],
+        f"```bash\ngrep -n -A{rng.randint(1, 6)} 'def {name}(' mod.py\n```",
+        "```bash\npython -m pytest -q --tb=no test_mod.py\n```",
+        f"exit code: 1\ntest_mod.py {rng.choice(['.F.', 'F.', '.F', 'F..'])}\n"
+        f"=========================== short test summary info ============================\n"
+        f"FAILED test_mod.py::test_{name}_bug - assert {rng.randint(0, 30)} == {rng.randint(0, 30)}\n"
+        f"1 failed, {rng.randint(1, 2)} passed in 0.0{rng.randint(1, 9)}s\n",
+        f"exit code: 0\ntest_mod.py {'.' * rng.randint(2, 3)}\n{rng.randint(2, 3)} passed in 0.0{rng.randint(1, 9)}s\n",
+    ])
+
+
+_MICRO_TRAIN: list = []
+
+
+def _micro_tasks(generate) -> list:
+    if not _MICRO_TRAIN:
+        _MICRO_TRAIN.extend(generate("train"))  # the train split only: eval text stays unseen
+    return _MICRO_TRAIN
+
+
 def build_corpus() -> List[str]:
     rng = random.Random(_SEED)
-    makers = [_command, _python, _pytest_output, _issue, _reply, _prose]
+    makers = [_command, _python, _pytest_output, _issue, _reply, _prose, _micro_task]
     return [rng.choice(makers)(rng) for _ in range(_NUM_DOCUMENTS)]
