@@ -23,7 +23,7 @@ NODE_LOSS_SCRIPT = REPO / "tests" / "actors" / "scripts" / "node_loss_run.py"
 SCENARIOS = ("faults", "restart_torture", "node_loss", "bad_inputs")
 # Fault rates of the fault-injection run: high enough that every kind fires in a few steps.
 FAULT_RATES = {"sandbox_kill_rate": 0.03, "sandbox_start_fail_rate": 0.1, "llm_error_rate": 0.05,
-               "engine_kill_rate": 0.5, "grader_crash_rate": 0.5}
+               "engine_kill_rate": 1.0, "grader_crash_rate": 0.5}
 
 
 def samples_lost(acc: dict) -> int:
