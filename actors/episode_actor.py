@@ -52,7 +52,8 @@ class EpisodeActor:
                 continue
             self.collector.submit(self.run_episode(work))
         self.env.close()
-        return {"actor": self.name, "episodes": self.episodes, "faults": self.faults}
+        # Fault counts only when faults.* injected any: a run without faults reports what it always did.
+        return {"actor": self.name, "episodes": self.episodes, **({"faults": self.faults} if self.faults else {})}
 
     def _faults_injected(self) -> Counter:
         """Faults injected so far by the parts that inject them (router, sandbox lease), by kind."""
