@@ -113,11 +113,19 @@ def render_example(tokenizer, messages: list[dict], tools: Optional[list] = None
     return Example(ids, mask)
 
 
-def _batches(examples: list[Example], batch_size: int, rng: random.Random):
+def _batches(examples: list[Example], batch_size: int, rng: random.Random, pool_batches: int = 8):
+    """Shuffled batches of similar lengths: padding is wasted compute, so each pool of
+    `pool_batches` batches is sorted by length before it is cut; the batches are shuffled."""
     order = list(range(len(examples)))
     rng.shuffle(order)
-    for start in range(0, len(order), batch_size):
-        yield [examples[i] for i in order[start: start + batch_size]]
+    batches = []
+    pool = batch_size * pool_batches
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start: start + pool], key=lambda i: len(examples[i].token_ids))
+        batches += [chunk[j: j + batch_size] for j in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    for batch in batches:
+        yield [examples[i] for i in batch]
 
 
 def _pad(batch: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
