@@ -7,7 +7,7 @@ from policies.tokenizer import ensure_tokenizer
 
 @pytest.fixture(scope="session")
 def tiny_cfg(swerve_cache):
-    return load_config("configs/default.yaml", [f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}"])
+    return load_config("tests/smoke.yaml", [f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}"])
 
 
 @pytest.fixture(scope="session")

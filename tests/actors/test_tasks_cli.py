@@ -56,7 +56,7 @@ def test_list_json_with_source_override(tmp_path, capsys):
 
 
 def test_list_keeps_config_and_overrides(tmp_path, capsys):
-    assert main(["tasks", "list", "--config", "configs/default.yaml", "tasks.ids=[textkit-001]"]) == 0
+    assert main(["tasks", "list", "--config", "tests/smoke.yaml", "tasks.ids=[textkit-001]"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("textkit-001\t") and "1 tasks (builtin, split train)" in out
     assert main(["tasks", "list", f"tasks.source={swebench_rows(tmp_path)}", "tasks.split=eval"]) == 0

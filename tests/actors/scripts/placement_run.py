@@ -31,7 +31,7 @@ def main(run_dir: str, cache: str) -> None:
         {"compute": 100}, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port()))
     sandbox_node = cluster.add_node(**node_args({"sandbox": 100}))
     ray.init(address=cluster.address, namespace="placement-driver")
-    cfg = load_config("configs/default.yaml", [
+    cfg = load_config("tests/smoke.yaml", [
         f"run.dir={run_dir}", "run.name=placement", "trainer.total_steps=1", "engine.num_engines=1",
         f"model.cache_dir={cache}", f"tokenizer.cache_dir={cache}", "rollout.max_turns=2",
         "ray.sandbox_resource=sandbox", "ray.engine_resource=compute", "ray.trainer_resource=compute",
