@@ -25,7 +25,7 @@ def fault_report(episode_results: list[dict], engine_kills: int, engine_replacem
 
 
 def fault_table(report: dict) -> str:
-    rows = ["fault | injected | recovered | infra sources", "---|---|---|---"]
+    rows = ["fault | injected | recovered | infra sources", "--- | --- | --- | ---"]
     rows += [f"{kind} | {e['injected']} | {e['recovered']} | "
              + (", ".join(f"{s}={n}" for s, n in sorted(e["sources"].items())) or "-")
              for kind, e in report.items()]

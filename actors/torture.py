@@ -143,7 +143,7 @@ def run_torture(work: Path, overrides: list[str], total_steps: int, seed: int, t
                 tmp = wait_until(lambda: mid_save(run, before), timeout_s, "a checkpoint save in progress")
             else:
                 wait_until(lambda: max(steps_saved(run), default=0) > before, timeout_s, "a new checkpoint")
-                time.sleep(rng.uniform(0.0, 3.0))
+                time.sleep(rng.uniform(0.0, 1.5))  # short: later rounds need steps left to kill
             driver.sigkill()
             head.wait_namespace_empty(f"swerve-{name}")
             kill = {"point": point, "latest_checkpoint": max(steps_saved(run))}

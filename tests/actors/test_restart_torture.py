@@ -7,7 +7,7 @@ from actors.sample_collector import COUNTERS
 from actors.torture import run_torture
 
 IDENTITY = COUNTERS[1:]
-TOTAL_STEPS = 5
+TOTAL_STEPS = 6
 
 
 def test_driver_sigkilled_three_times_resumes_each_time(tmp_path, swerve_cache, capsys):
