@@ -38,8 +38,10 @@ _VERBS = ("count", "pick", "find", "sum", "check", "score", "measure", "select",
 _NOUNS = ("items", "values", "points", "marks", "steps", "hits", "rows", "bins", "ticks", "sizes",
           "levels", "ages", "prices", "votes", "days", "units", "loads", "coins", "cells", "bytes")
 # Not "n", "total", "out": the templates use those names themselves.
-# Function names of the two splits never overlap: each split has its own nouns.
-SPLIT_NOUNS = {"train": _NOUNS[:14], "eval": _NOUNS[14:]}
+# Function names of the two splits never overlap, but both use every verb and noun (a tiny
+# model cannot copy a word it never saw): train takes the (verb, noun) pairs whose index sum is
+# even, eval the odd ones.
+SPLIT_PARITY = {"train": 0, "eval": 1}
 _VARS = ("a", "b", "r", "k", "x", "y", "v", "w", "lo", "hi", "t", "m", "p", "q", "z", "s", "c")
 _LISTS = ("xs", "vals", "nums", "data", "seq", "arr")
 
@@ -149,9 +151,12 @@ def _run(source: str, name: str, args: tuple):
     return scope[name](*[list(a) if isinstance(a, list) else a for a in args])
 
 
-def _names(rng: random.Random, used: set, nouns: Sequence[str]) -> str:
-    """A function name not used before in the split (a numbered one once the pairs run out)."""
-    name = f"{rng.choice(_VERBS)}_{rng.choice(nouns)}"
+def _names(rng: random.Random, used: set, parity: int) -> str:
+    """A function name of the split's pairs not used before (numbered once the pairs run out)."""
+    verb, noun = rng.randrange(len(_VERBS)), rng.randrange(len(_NOUNS))
+    if (verb + noun) % 2 != parity:
+        noun = (noun + 1) % len(_NOUNS)
+    name = f"{_VERBS[verb]}_{_NOUNS[noun]}"
     suffix = 2
     while f"{name}{suffix if suffix > 2 else ''}" in used:
         suffix += 1
@@ -161,14 +166,14 @@ def _names(rng: random.Random, used: set, nouns: Sequence[str]) -> str:
 
 
 def _one(task_id: str, family: str, rng: random.Random, used_names: set, easy: bool,
-         nouns: Sequence[str]) -> MicroTask | None:
+         parity: int) -> MicroTask | None:
     from envs.expert import minimal_edit
 
     template = rng.choice([t for t in TEMPLATES if t.family == family])
     names = dict(zip(("v0", "v1", "v2"), rng.sample(_VARS, 3)))
     k = template.constant(rng)
     kb = template.wrong_constant(k, rng)
-    fill = dict(names, f=_names(rng, used_names, nouns), l=rng.choice(_LISTS), k=k, kb=kb)
+    fill = dict(names, f=_names(rng, used_names, parity), l=rng.choice(_LISTS), k=k, kb=kb)
     fixed_fn = template.source.format(**fill)
     good_line, bad_line = (part.format(**fill) for part in template.bug)
     if fixed_fn.count(good_line) != 1 or good_line == bad_line:
@@ -176,7 +181,7 @@ def _one(task_id: str, family: str, rng: random.Random, used_names: set, easy: b
     buggy_fn = fixed_fn.replace(good_line, bad_line)
     helper_src, helper_args = rng.choice(HELPERS)
     hnames = dict(zip(("v0", "v1"), rng.sample(_VARS, 2)))
-    helper_name = _names(rng, used_names, nouns)
+    helper_name = _names(rng, used_names, parity)
     helper = helper_src.format(h=helper_name, **hnames)
     parts = [fixed_fn, helper] if rng.random() < 0.5 else [helper, fixed_fn]
     fixed_module = "\n\n".join(parts)
@@ -221,7 +226,7 @@ def generate(split: str) -> List[MicroTask]:
         # Families in turn, so every split has the same balanced mix; retry until one validates.
         family, easy, task = FAMILIES[index % len(FAMILIES)], rng.random() < EASY_FRACTION, None
         while task is None:
-            task = _one(f"micro-{split}-{index:03d}", family, rng, used, easy, SPLIT_NOUNS[split])
+            task = _one(f"micro-{split}-{index:03d}", family, rng, used, easy, SPLIT_PARITY[split])
         tasks.append(task)
     return tasks
 
