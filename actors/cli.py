@@ -109,8 +109,10 @@ def parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API)"))
     serve.add_argument("--port", type=int, default=30000, help="port on 127.0.0.1 (0 picks a free one)")
     serve.set_defaults(func=_serve)
+    from actors.bench import BENCHMARKS
+
     bench = sub.add_parser("bench", help="run one benchmark; writes bench/results/NAME.json")
-    bench.add_argument("name", help="engine_throughput | sandbox_start")
+    bench.add_argument("name", help="one of: " + " | ".join(sorted(BENCHMARKS)))
     with_config(bench)
     bench.add_argument("--repetitions", type=int, default=3, help="median over this many runs")
     bench.set_defaults(func=_bench)

@@ -20,10 +20,14 @@ def namespace(cfg: Config) -> str:
     return cfg.ray.namespace or f"swerve-{cfg.run.name}"
 
 
-def _runtime_env() -> dict | None:
+def _runtime_env() -> dict:
+    # Every worker redacts secrets from its logs and prints, as the driver does (actors/redact.py).
+    env: dict = {"worker_process_setup_hook": "actors.redact.install"}
     # The checkpoint-pause test hook acts in the trainer processes, not in the driver's.
     pause_s = os.environ.get(PAUSE_ENV)
-    return {"env_vars": {PAUSE_ENV: pause_s}} if pause_s else None
+    if pause_s:
+        env["env_vars"] = {PAUSE_ENV: pause_s}
+    return env
 
 
 def init_ray(cfg: Config) -> None:
@@ -34,8 +38,9 @@ def init_ray(cfg: Config) -> None:
     if address:
         ray.init(address=address, namespace=namespace(cfg), runtime_env=_runtime_env())
     else:
-        ray.init(num_cpus=cfg.ray.num_cpus or None, namespace=namespace(cfg), runtime_env=_runtime_env(),
-                 include_dashboard=False, _node_ip_address="127.0.0.1")
+        # address="local": always a private instance, never a cluster someone else started here.
+        ray.init(address="local", num_cpus=cfg.ray.num_cpus or None, namespace=namespace(cfg),
+                 runtime_env=_runtime_env(), include_dashboard=False, _node_ip_address="127.0.0.1")
 
 
 @dataclass

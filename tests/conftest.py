@@ -17,7 +17,7 @@ def ray_session():
     """One local Ray for the whole test session (starting one costs ~5 s)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              namespace="swerve-tests", log_to_driver=False)
     yield ray
     ray.shutdown()
