@@ -195,6 +195,14 @@ def _try_write(path: Path, value: str) -> bool:
         return False
 
 
+def _thaw(cgroup_dir: Path) -> None:
+    """A SIGKILL stays pending while the cgroup is frozen (its owner died between freezing and
+    killing the lease), so thaw it: the processes then die and the directory can go."""
+    for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+        if (cgroup_dir / name).exists():
+            _write(cgroup_dir / name, value)
+
+
 def _sweep_stale(parent: Path) -> None:
     """Remove lease cgroups left by a process that died without closing its leases."""
     try:
@@ -212,6 +220,7 @@ def _sweep_stale(parent: Path) -> None:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     continue  # exited between listing and kill
+            _thaw(entry)
             try:
                 entry.rmdir()
             except OSError as error:

@@ -280,6 +280,41 @@ def test_fork_bomb_is_contained_by_the_lease_cgroup(make_sandbox, isolation, tas
 
 
 @needs_cgroup
+def test_a_frozen_lease_whose_owner_died_is_thawed_killed_and_removed():
+    import subprocess
+    from pathlib import Path
+
+    from envs.cgroups import NAME_PREFIX, _sweep_stale
+
+    freezer_root = Path("/sys/fs/cgroup/freezer")
+    if not (freezer_root / "cgroup.procs").exists():
+        pytest.skip("no cgroup v1 freezer here")
+    child = subprocess.Popen(["true"])
+    child.wait()
+    dead_owner = child.pid  # exited and reaped: its pid names a dead owner
+    stale = freezer_root / f"{NAME_PREFIX}{dead_owner}-frozentest"
+    stale.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (stale / "cgroup.procs").write_text(str(sleeper.pid))
+        (stale / "freezer.state").write_text("FROZEN")
+        # As when the owner died between freezing its lease and killing it: SIGKILL alone
+        # stays pending on a frozen process.
+        _sweep_stale(freezer_root)
+        assert sleeper.wait(timeout=10) == -9
+        for _ in range(50):
+            if not stale.exists():
+                break
+            _sweep_stale(freezer_root)
+            time.sleep(0.1)
+        assert not stale.exists()
+    finally:
+        sleeper.kill()
+        if stale.exists():
+            (stale / "freezer.state").write_text("THAWED")
+
+
+@needs_cgroup
 def test_lease_cgroup_bounds_memory_of_all_processes_together(make_sandbox, task_by_id):
     # Each hog stays under the per-process RLIMIT_AS; only the lease cgroup sees both.
     box = make_sandbox(isolation="none", memory_mb=300, cgroup="required")
