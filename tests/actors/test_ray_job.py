@@ -5,7 +5,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,32 +15,17 @@ from pathlib import Path
 import pytest
 
 from actors.sample_collector import COUNTERS
+from actors.torture import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get_json(url: str, token: str):
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=5) as reply:
         return json.loads(reply.read())
-
-
-def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 1.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise TimeoutError(f"{what} did not happen within {timeout_s} s")
 
 
 class Head:
