@@ -7,6 +7,7 @@ tokenizer and the same cache key.
 """
 from __future__ import annotations
 
+import functools
 import random
 from typing import List
 
@@ -163,9 +164,7 @@ def _reply(rng: random.Random) -> str:
 def _micro_task(rng: random.Random) -> str:
     """Text of a generated training task (envs/micro.py: issue, module, tests) or of the
     commands and outputs that solve one: the embedded default reads and writes exactly these."""
-    from envs.micro import generate
-
-    task = rng.choice(_micro_tasks(generate))
+    task = rng.choice(_micro_train_tasks())
     name = task.problem_statement.split(" ", 1)[0]
     return rng.choice([
         task.problem_statement, task.files["mod.py"], task.files["test_mod.py"],
@@ -179,13 +178,11 @@ def _micro_task(rng: random.Random) -> str:
     ])
 
 
-_MICRO_TRAIN: list = []
+@functools.lru_cache(maxsize=1)
+def _micro_train_tasks() -> tuple:
+    from envs.micro import generate
 
-
-def _micro_tasks(generate) -> list:
-    if not _MICRO_TRAIN:
-        _MICRO_TRAIN.extend(generate("train"))  # the train split only: eval text stays unseen
-    return _MICRO_TRAIN
+    return tuple(generate("train"))  # the train split only: eval text stays unseen
 
 
 def build_corpus() -> List[str]:
