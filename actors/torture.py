@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from actors.checkpoint import PAUSE_ENV, list_checkpoints
+from actors.checkpoint import EXTRA, PAUSE_ENV, latest_checkpoint, list_checkpoints, read_torch
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -117,6 +117,12 @@ def steps_saved(run: Path) -> list[int]:
     return [step for step, _ in list_checkpoints(str(run / "checkpoints"))]
 
 
+def in_flight_at_latest(run: Path) -> int:
+    """How much work the newest complete checkpoint recorded as in flight: what a resume must re-admit."""
+    extra = read_torch(str(Path(latest_checkpoint(str(run / "checkpoints"))) / EXTRA))
+    return len(extra["collector"]["in_flight"])
+
+
 def mid_save(run: Path, after_step: int):
     """The `.tmp-` directory of a save past `after_step` whose files are all written but not renamed."""
     root = run / "checkpoints"
@@ -146,7 +152,7 @@ def run_torture(work: Path, overrides: list[str], total_steps: int, seed: int, t
                 time.sleep(rng.uniform(0.0, 1.5))  # short: later rounds need steps left to kill
             driver.sigkill()
             head.wait_namespace_empty(f"swerve-{name}")
-            kill = {"point": point, "latest_checkpoint": max(steps_saved(run))}
+            kill = {"point": point, "latest_checkpoint": max(steps_saved(run)), "in_flight": in_flight_at_latest(run)}
             if point == "mid-save":
                 kill["half_written_left"] = tmp.is_dir()
                 kill["previous_checkpoint_kept"] = kill["latest_checkpoint"] == before

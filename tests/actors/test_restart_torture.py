@@ -26,5 +26,7 @@ def test_driver_sigkilled_three_times_resumes_each_time(tmp_path, swerve_cache, 
     assert report["versions"] == list(range(1, TOTAL_STEPS + 1))  # versions continue
     acc = report["accounting"]
     assert acc["admitted"] == sum(acc[k] for k in IDENTITY) and acc["in_flight"] == 0  # nothing admitted is lost
-    assert acc["readmitted_after_restart"] >= 1
+    # What was in flight at each checkpoint is exactly what its resume re-admitted (how much that is
+    # depends on timing; the re-admission path with work in flight is tests/actors/test_sample_collector.py's).
+    assert [int(line.split("; ")[1].split(" ")[0]) for line in report["resumed"]] == [k["in_flight"] for k in kills]
     assert report["trained_twice"] == 0 and report["trained_samples"] == acc["trained"] >= TOTAL_STEPS
