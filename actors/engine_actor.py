@@ -32,7 +32,7 @@ from typing import Callable, Optional
 from actors.engine_client import EngineClient, EngineHTTPError, EngineUnreachable, generate_body, parse_generate
 from configs.schema import EngineConfig
 from envs.outcomes import InfraError, InfraSource
-from policies.sampler import FINISH_LENGTH, SampleOutput, SampleRequest
+from policies.sample_types import FINISH_LENGTH, SampleOutput, SampleRequest
 from policies.server import protocol
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,9 @@ class EngineActor:
         self._kv_peak_tokens = 0
         self._tokens = 0
         self._window_start = time.monotonic()
+        # Time with at least one request in flight (stats' busy_fraction).
+        self._busy_s = 0.0
+        self._busy_since = self._window_start
         self.last_update: dict = {}
         self._exit_on_server_death = exit_on_server_death
         self._server_kv: Optional[float] = None  # the server's own KV-pool use, when it reports one
@@ -265,6 +268,8 @@ class EngineActor:
         rid = f"engine{self.index}-{uuid.uuid4().hex}"
         out = SampleOutput([], [], [], FINISH_LENGTH)
         with self._lock:
+            if not self._inflight:
+                self._busy_since = time.monotonic()
             self._inflight[rid] = len(request.prompt_ids) + budget
             self._kv_peak_tokens = max(self._kv_peak_tokens, sum(self._inflight.values()))
         try:
@@ -296,6 +301,8 @@ class EngineActor:
         finally:
             with self._lock:
                 self._inflight.pop(rid, None)
+                if not self._inflight:
+                    self._busy_s += time.monotonic() - self._busy_since
                 self._user_aborted.discard(rid)
                 self._tokens += len(out.token_ids)
                 self._served += 1
@@ -453,6 +460,7 @@ class EngineActor:
                 "kv_usage_peak": (self._server_kv_peak if self._server_kv is not None
                                   else self._kv_peak_tokens / capacity),
                 "tokens_per_s": self._tokens / max(now - self._window_start, 1e-6),
+                "busy_fraction": min(self._busy_window_s(now) / max(now - self._window_start, 1e-6), 1.0),
                 "weight_update_s": self.last_update.get("total_s", 0.0),
                 "server_alive": self.server.alive(),
                 "url": self.client.base_url,
@@ -462,7 +470,13 @@ class EngineActor:
                 self._server_kv_peak = self._server_kv or 0.0
                 self._tokens = 0
                 self._window_start = now
+                self._busy_s = 0.0
+                self._busy_since = max(self._busy_since, now)
         return stats
+
+    def _busy_window_s(self, now: float) -> float:
+        """Busy time in the stats window so far (the lock is held)."""
+        return self._busy_s + (now - max(self._busy_since, self._window_start) if self._inflight else 0.0)
 
 
 def server_kv_usage(info) -> Optional[float]:

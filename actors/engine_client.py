@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Optional, Sequence
 
-from policies.sampler import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
+from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
 from policies.server import protocol
 from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, FINISH_ABORT, FLUSH_CACHE, GENERATE,
                                       GET_MODEL_INFO, GET_SERVER_INFO, GET_WEIGHT_VERSION, HEALTH, HEALTH_GENERATE,

@@ -13,7 +13,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from envs.outcomes import InfraError, InfraSource
-from policies.sampler import SampleOutput, SampleRequest
+from policies.sample_types import SampleOutput, SampleRequest
 
 # call(engine, method_name, *args, timeout_s=None) -> result; Ray and in-process callers differ only here.
 Call = Callable[..., object]

@@ -111,5 +111,5 @@ class EngineSet:
                 out.append(ray.get(h.stats.remote(reset_peak)))
             except RayActorError:
                 out.append({"index": i, "dead": True, "kv_usage_peak": 0.0, "tokens_per_s": 0.0,
-                            "weight_update_s": 0.0})
+                            "busy_fraction": 0.0, "weight_update_s": 0.0})
         return out

@@ -17,7 +17,7 @@ from actors.trajectory import Trajectory, WorkItem
 from configs.schema import EnvConfig, RolloutConfig
 from envs.outcomes import InfraError, InfraSource, Outcome
 from policies.conversation import Conversation
-from policies.sampler import SampleRequest
+from policies.sample_types import SampleRequest
 from policies.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)

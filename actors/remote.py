@@ -18,6 +18,7 @@ from actors.engine_actor import EngineActor
 from actors.episode_actor import EpisodeActor
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
+from actors.sim_engine import SimEngine
 from actors.trainer_shard import TrainerShard
 from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
@@ -25,8 +26,11 @@ from envs.sandbox import ExecResult
 
 log = logging.getLogger(__name__)
 
-# Engines take concurrent generate calls, each waiting on the engine's server, which batches them.
+# Engines take concurrent generate calls, each waiting on the engine's server (or, sim, on its
+# decode loop), which batches them. By engine.backend:
 RemoteEngine = ray.remote(max_concurrency=256)(EngineActor)
+RemoteSimEngine = ray.remote(max_concurrency=256)(SimEngine)
+REMOTE_ENGINES = {"cpu": RemoteEngine, "sglang": RemoteEngine, "sim": RemoteSimEngine}
 RemoteEpisode = ray.remote(EpisodeActor)
 RemoteCollector = ray.remote(SampleCollector)
 RemoteSandbox = ray.remote(SandboxActor)
@@ -64,7 +68,7 @@ def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str
     The actor ends itself when its server dies, so a dead server looks like a dead actor to
     everyone (routers fail its requests as infra_error(engine), the driver replaces it).
     """
-    return RemoteEngine.options(
+    return REMOTE_ENGINES[cfg.backend].options(
         name=engine_name(index), namespace=namespace, num_cpus=0, max_restarts=0,
         max_concurrency=cfg.max_concurrency, **placement(resource),
     ).remote(index, cfg, model_path, wait_for_weights, True)

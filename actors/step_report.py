@@ -13,6 +13,8 @@ def step_metrics(step: int, version: int, step_time_s: float, batch: Batch, upda
         "step": step, "policy_version": version, "step_time_s": step_time_s, **timings, **update, **batch.stats,
         "engine_kv_usage_max": max(s["kv_usage_peak"] for s in engine_stats),
         "engine_tokens_per_s": sum(s["tokens_per_s"] for s in engine_stats),
+        # Share of the step's wall time the engines had work (mean over engines; dead ones count 0).
+        "engine_busy_fraction": sum(s["busy_fraction"] for s in engine_stats) / len(engine_stats),
         "engine_weight_update_s": max(s["weight_update_s"] for s in engine_stats),
         "engine_restarts": engine_set.restarts,
         **{k: accounting[k] for k in ACCOUNTING},

@@ -15,9 +15,10 @@ from configs.schema import Config
 
 # Only backends that exist are allowed, so a typo or a not-yet-built backend fails at load time.
 CHOICES = {
-    "engine.backend": ("cpu", "sglang"),
+    "engine.backend": ("cpu", "sglang", "sim"),
+    "engine.sim.tokens_distribution": ("uniform", "pareto"),
     "engine.pause_mode": ("retract", "in_place"),
-    "trainer.backend": ("torch", "megatron"),
+    "trainer.backend": ("torch", "megatron", "sim"),
     "rollout.mode": ("async", "sync"),
     "sandbox.backend": ("local", "e2b", "docker"),
     "sandbox.isolation": ("auto", "bwrap", "none"),
@@ -138,8 +139,9 @@ def _check_keys(layer, prefix: str = "") -> None:
 
 def validate(cfg: Config) -> None:
     for key, allowed in CHOICES.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
+        value = cfg
+        for name in key.split("."):
+            value = getattr(value, name)
         if value not in allowed:
             raise ConfigError(f"config key '{key}' is '{value}'; allowed: {', '.join(allowed)}")
     positive = {

@@ -44,8 +44,36 @@ class TokenizerConfig:
 
 
 @dataclass
+class SimEngineConfig:
+    """engine.backend=sim: an engine that costs time, not compute (benchmarks of the control plane).
+
+    A decode step of b running requests takes step_base_s + step_per_request_s * b, as a real
+    engine's does (a fixed cost per step plus a per-sequence one), so batching pays and a batch
+    that drains in the tail runs nearly idle. Its replies are a scripted agent's: each trajectory
+    draws a plan at its first turn (turns, tokens per turn) and carries it in its replies."""
+    step_base_s: float = 0.004
+    step_per_request_s: float = 0.0005
+    # Share of trajectories that never submit (they end at rollout.max_turns).
+    cap_fraction: float = 0.84
+    # The others submit at a turn drawn uniformly from [submit_turn_min, submit_turn_max].
+    submit_turn_min: int = 4
+    submit_turn_max: int = 12
+    # Tokens per reply, drawn once per trajectory: "uniform" in [min, max], or "pareto" (shape
+    # tokens_pareto_shape, scale min, cut at max) for a heavy tail of long trajectories.
+    tokens_per_turn_min: int = 24
+    tokens_per_turn_max: int = 60
+    tokens_distribution: str = "uniform"
+    tokens_pareto_shape: float = 1.5
+    # The command each non-final turn runs in the sandbox.
+    command: str = "ls"
+    # Decoding pauses this long while new weights load.
+    weight_update_s: float = 0.0
+
+
+@dataclass
 class EngineConfig:
-    # "cpu": our server (python -m policies.server); "sglang": a real SGLang server (GPU).
+    # "cpu": our server (python -m policies.server); "sglang": a real SGLang server (GPU);
+    # "sim": a simulated engine in the actor itself (engine.sim; benchmarks).
     backend: str = "cpu"
     num_engines: int = 2
     # Most requests the server decodes at once (CPU server: --max-running-requests).
@@ -77,11 +105,15 @@ class EngineConfig:
     max_concurrency: int = 1024
     # Extra command-line arguments for the server process.
     server_args: List[str] = field(default_factory=list)
+    sim: SimEngineConfig = field(default_factory=SimEngineConfig)
 
 
 @dataclass
 class TrainerConfig:
+    # "torch" | "megatron" | "sim" (one scalar parameter; a step takes sim_step_s: benchmarks).
     backend: str = "torch"
+    # backend sim: seconds one train step takes (the forward and backward of the model it stands in for).
+    sim_step_s: float = 1.0
     num_shards: int = 1
     total_steps: int = 3
     lr: float = 1e-5

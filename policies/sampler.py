@@ -12,32 +12,12 @@ several versions, and each token is tagged with the version that produced it.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
 from typing import Callable, ContextManager, List, Optional, Tuple
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-FINISH_STOP = "stop"
-FINISH_LENGTH = "length"
-
-
-@dataclass
-class SampleRequest:
-    prompt_ids: List[int]
-    max_new_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop_token_ids: Tuple[int, ...] = ()
-    seed: Optional[int] = None
-
-
-@dataclass
-class SampleOutput:
-    token_ids: List[int] = field(default_factory=list)
-    logprobs: List[float] = field(default_factory=list)
-    versions: List[int] = field(default_factory=list)
-    finish_reason: str = FINISH_LENGTH  # FINISH_STOP | FINISH_LENGTH
+from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest  # noqa: F401 (re-exported)
 
 
 @torch.no_grad()

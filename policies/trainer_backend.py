@@ -39,6 +39,7 @@ import torch
 BACKENDS = {
     "torch": "policies.torch_backend:TorchBackend",
     "megatron": "policies.megatron.backend:MegatronBackend",
+    "sim": "policies.sim_backend:SimBackend",
 }
 
 

@@ -1,0 +1,154 @@
+"""`swerve bench async_vs_sync`: the real driver, collector, episode actors and local sandboxes
+around a simulated engine (engine.backend=sim) and trainer (trainer.backend=sim), sync against
+async at several staleness bounds, next to the ideal bound each workload allows.
+
+The ideal bound is what a perfect pipeline reaches: the lesser of engine capacity (max batch
+over the time of a full decode step) divided by the workload's mean generated tokens per
+trajectory, and trainer capacity (batch size over the step time). The trainer's step time is
+calibrated to the ideal rollout time of one batch, as in the reference run (63% update / 29%
+rollout wait), so both capacities are equal and the bound is met only when neither side waits.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from actors.sim_engine import workload_means
+from configs import Config
+
+# Reference run: 84% of trajectories hit the turn cap, successful ones submit at a median of 8
+# turns, attempts at one task differ up to 2.5x in length. heavy_tail: reply lengths from a
+# Pareto tail (most short, a few 12x longer).
+WORKLOADS = {
+    "reference": {"cap_fraction": 0.84, "submit_turn_min": 4, "submit_turn_max": 12,
+                  "tokens_distribution": "uniform", "tokens_per_turn_min": 24, "tokens_per_turn_max": 60},
+    "heavy_tail": {"cap_fraction": 0.84, "submit_turn_min": 2, "submit_turn_max": 12,
+                   "tokens_distribution": "pareto", "tokens_per_turn_min": 24, "tokens_pareto_shape": 1.3,
+                   "tokens_per_turn_max": 300},
+}
+MAX_TURNS = 12
+UNCAPPED_TURNS = 36  # the length-cap comparison: the same workload with 3x the turn cap
+STALENESS = (1, 2, 4)
+HEADLINE_STALENESS = 2
+MAX_BATCH = 16  # engine.max_batch_size: one batch of trajectories fills it
+EXTRA_EPISODE_ACTORS = 4  # async keeps the engine's batch full while some episodes are in sandboxes
+GROUPS, GROUP_SIZE = 2, 8
+WARMUP_STEPS = {"sync": 1, "async": 2}
+MEASURED_STEPS = 4
+
+
+def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turns: int, run_dir: str,
+                 name: str, measured_steps: int = MEASURED_STEPS) -> Config:
+    sim = replace(cfg.engine.sim, **WORKLOADS[workload])
+    engine = replace(cfg.engine, backend="sim", num_engines=1, max_batch_size=MAX_BATCH, max_context_tokens=65536,
+                     sim=sim)
+    bound = ideal_bound(engine, GROUPS * GROUP_SIZE, MAX_TURNS)  # the calibration uses the capped workload
+    return replace(
+        cfg,
+        run=replace(cfg.run, name=name, dir=run_dir, resume=False, status_interval_s=60.0, trajectories_per_step=0),
+        engine=engine,
+        trainer=replace(cfg.trainer, backend="sim", num_shards=1, sim_step_s=bound["ideal_rollout_s_per_batch"],
+                        total_steps=WARMUP_STEPS[mode] + measured_steps, checkpoint_interval=0, kl_coef=0.0),
+        rollout=replace(cfg.rollout, mode=mode, max_staleness=staleness, group_size=GROUP_SIZE,
+                        groups_per_batch=GROUPS, num_episode_actors=MAX_BATCH + EXTRA_EPISODE_ACTORS,
+                        max_turns=max_turns, max_tokens_per_turn=sim.tokens_per_turn_max, max_total_tokens=65536,
+                        drop_uniform_groups=False, poll_interval_s=0.02),
+        faults=replace(cfg.faults, sandbox_kill_rate=0.0, sandbox_start_fail_rate=0.0, engine_kill_rate=0.0,
+                       llm_error_rate=0.0, grader_crash_rate=0.0),
+    )
+
+
+def ideal_bound(engine, batch_size: int, max_turns: int) -> dict:
+    """Throughput a perfect pipeline reaches on this workload, from its own parameters."""
+    sim = engine.sim
+    full_step_s = sim.step_base_s + sim.step_per_request_s * engine.max_batch_size
+    capacity_tokens_per_s = engine.num_engines * engine.max_batch_size / full_step_s
+    means = workload_means(sim, max_turns)
+    engine_traj_per_s = capacity_tokens_per_s / means["tokens"]
+    return {"engine_tokens_per_s": capacity_tokens_per_s, "mean_tokens_per_traj": means["tokens"],
+            "mean_turns_per_traj": means["turns"], "capped_fraction": means["capped_fraction"],
+            "engine_traj_per_h": engine_traj_per_s * 3600, "ideal_rollout_s_per_batch": batch_size / engine_traj_per_s}
+
+
+def measure(cfg: Config) -> dict:
+    """One training run with the real driver; figures over the steps after warm-up."""
+    from actors.driver import train
+
+    path = train(cfg)
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    warm = WARMUP_STEPS[cfg.rollout.mode]
+    measured = rows[warm:]
+    wall_s = sum(r["step_time_s"] for r in measured)
+    trained = rows[-1]["trained"] - rows[warm - 1]["trained"]
+    tails = [r["tail_fraction"] for r in measured if r["tail_fraction"] is not None]
+    return {
+        "traj_per_h": trained * 3600 / wall_s,
+        "step_time_s": wall_s / len(measured),
+        "trainer_idle_fraction": 1 - sum(r["time_actor_update_s"] for r in measured) / wall_s,
+        "engine_busy_fraction": sum(r["engine_busy_fraction"] * r["step_time_s"] for r in measured) / wall_s,
+        "tail_fraction": statistics.median(tails) if tails else None,
+        "staleness_mean": statistics.fmean(r["staleness_mean"] for r in measured),
+        "dropped_stale": rows[-1]["dropped_stale"],
+        "turns_mean": statistics.fmean(r["turns_mean"] for r in measured),
+        "tokens_mean": statistics.fmean(r["tokens_mean"] for r in measured),
+    }
+
+
+def _median_runs(runs: list[dict]) -> dict:
+    return {key: (statistics.median(r[key] for r in runs) if runs[0][key] is not None else None) for key in runs[0]}
+
+
+def async_vs_sync(cfg: Config, repetitions: int) -> dict:
+    from actors.launch import init_ray
+
+    modes = [("sync", 0), *(("async", k) for k in STALENESS)]
+    work = Path(tempfile.mkdtemp(prefix="swerve-bench-async-"))
+    init_ray(cfg)
+    workloads: dict = {}
+    for workload in WORKLOADS:
+        runs: dict = {f"{m}{k or ''}": [] for m, k in modes}
+        for rep in range(repetitions):
+            for mode, k in modes:
+                label = f"{mode}{k or ''}"
+                runs[label].append(measure(bench_config(cfg, workload, mode, k, MAX_TURNS, str(work),
+                                                         f"bench-{workload}-{label}-r{rep}")))
+        engine = bench_config(cfg, workload, "sync", 0, MAX_TURNS, str(work), "bound").engine
+        bound = ideal_bound(engine, GROUPS * GROUP_SIZE, MAX_TURNS)
+        medians = {label: _median_runs(r) for label, r in runs.items()}
+        for m in medians.values():
+            m["fraction_of_ideal"] = m["traj_per_h"] / bound["engine_traj_per_h"]
+            m["ratio_over_sync"] = m["traj_per_h"] / medians["sync"]["traj_per_h"]
+        workloads[workload] = {"ideal": bound, "ideal_traj_per_h": bound["engine_traj_per_h"],
+                               "ideal_ratio_over_sync": bound["engine_traj_per_h"] / medians["sync"]["traj_per_h"],
+                               "modes": medians, "runs": runs}
+    # The length cap's effect: sync steps on the reference workload at 3x the turn cap (one run).
+    uncapped = measure(bench_config(cfg, "reference", "sync", 0, UNCAPPED_TURNS, str(work), "bench-uncapped",
+                                    measured_steps=2))
+    ref, head = workloads["reference"], f"async{HEADLINE_STALENESS}"
+    ratio = ref["modes"][head]["traj_per_h"] / ref["modes"]["sync"]["traj_per_h"]
+    efficiency = {name: w["modes"][head]["fraction_of_ideal"] for name, w in workloads.items()}
+    idle = ref["modes"][head]["trainer_idle_fraction"]
+    return {
+        "figure": f"reference workload: async (staleness {HEADLINE_STALENESS}) / sync trajectories per hour",
+        "ratio": ratio, "baseline": ref["modes"]["sync"]["traj_per_h"], "bound": ref["ideal_ratio_over_sync"],
+        "target": ">= 2x sync; >= 90% of the ideal bound on both workloads; trainer idle < 10%",
+        "met": ratio >= 2.0 and min(efficiency.values()) >= 0.9 and idle < 0.1,
+        "ratio_async_over_sync": ratio,
+        "ideal_ratio_over_sync": ref["ideal_ratio_over_sync"],
+        "efficiency_async_over_ideal": efficiency["reference"],
+        "trainer_idle_fraction_async": idle,
+        "trainer_idle_fraction_sync": ref["modes"]["sync"]["trainer_idle_fraction"],
+        "efficiency_by_workload": efficiency,
+        "length_cap": {"turn_cap": MAX_TURNS, "uncapped_turn_cap": UNCAPPED_TURNS,
+                       "sync_step_s_capped": ref["modes"]["sync"]["step_time_s"],
+                       "sync_step_s_uncapped": uncapped["step_time_s"],
+                       "step_speedup_from_cap": uncapped["step_time_s"] / ref["modes"]["sync"]["step_time_s"]},
+        "workloads": workloads,
+        "setup": {"max_turns": MAX_TURNS, "max_batch_size": MAX_BATCH, "episode_actors": MAX_BATCH + EXTRA_EPISODE_ACTORS,
+                  "batch": f"{GROUPS} groups x {GROUP_SIZE}", "warmup_steps": WARMUP_STEPS,
+                  "measured_steps": MEASURED_STEPS, "engine": "sim (1 engine)", "trainer": "sim",
+                  "sandbox": cfg.sandbox.backend, "tasks": f"{cfg.tasks.source}/{cfg.tasks.split}"},
+    }

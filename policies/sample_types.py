@@ -1,0 +1,26 @@
+"""What an engine is asked and answers, free of torch: episode actors and routers import only this."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+
+
+@dataclass
+class SampleRequest:
+    prompt_ids: List[int]
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_token_ids: Tuple[int, ...] = ()
+    seed: Optional[int] = None
+
+
+@dataclass
+class SampleOutput:
+    token_ids: List[int] = field(default_factory=list)
+    logprobs: List[float] = field(default_factory=list)
+    versions: List[int] = field(default_factory=list)
+    finish_reason: str = FINISH_LENGTH  # FINISH_STOP | FINISH_LENGTH
