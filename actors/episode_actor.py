@@ -18,7 +18,7 @@ from configs.schema import EnvConfig, RolloutConfig
 from envs.outcomes import InfraError, InfraSource, Outcome
 from policies.conversation import Conversation
 from policies.sample_types import SampleRequest
-from policies.tokenizer import load_tokenizer
+from policies.chat_tokenizer import load_chat_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class EpisodeActor:
         self.name = f"episode-{index}"
         self.cfg = rollout
         self.env_cfg = env_cfg
-        self.tokenizer = load_tokenizer(tokenizer_path)
+        self.tokenizer = load_chat_tokenizer(tokenizer_path)
         self.stop_ids = (self.tokenizer.convert_tokens_to_ids("<|im_end|>"),)
         self.engines = engines
         self.collector = collector

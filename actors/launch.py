@@ -10,8 +10,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.checkpoint import PAUSE_ENV
 from actors.engine_router import EngineRouter
 from actors.engine_set import EngineSet
-from actors.remote import (NamedEngines, Proxy, RemoteCollector, RemoteEpisode, RemoteTrainer, SandboxLease,
-                           engine_call, placement)
+from actors.remote import (NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call,
+                           placement, remote_trainer)
 from configs import Config
 from envs.outcomes import InfraSource
 
@@ -72,7 +72,7 @@ def launch(cfg: Config, model_path: str, tasks: list) -> Fleet:
     so a resumed run can restore the collector before any work is handed out."""
     engine_set = EngineSet(cfg.engine, model_path, namespace(cfg), cfg.ray.engine_resource).start()
     world = cfg.trainer.num_shards
-    trainers = [RemoteTrainer.options(**_opts(cfg, f"trainer-{r}", cfg.ray.trainer_resource)).remote(
+    trainers = [remote_trainer().options(**_opts(cfg, f"trainer-{r}", cfg.ray.trainer_resource)).remote(
         r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)]
     addr, port = ray.get(trainers[0].rendezvous_address.remote())
     ray.get([t.join.remote(addr, port) for t in trainers])

@@ -2,10 +2,11 @@
 
 Inside an episode, Ray actors are used through `Proxy` objects that look like the plain
 class, so EpisodeActor and the env never import Ray; a dead actor becomes an InfraError
-with the right source.
+with the right source. Nothing here imports torch at import time (see remote_trainer).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections import Counter
@@ -19,7 +20,6 @@ from actors.episode_actor import EpisodeActor
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
 from actors.sim_engine import SimEngine
-from actors.trainer_shard import TrainerShard
 from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
@@ -34,7 +34,16 @@ REMOTE_ENGINES = {"cpu": RemoteEngine, "sglang": RemoteEngine, "sim": RemoteSimE
 RemoteEpisode = ray.remote(EpisodeActor)
 RemoteCollector = ray.remote(SampleCollector)
 RemoteSandbox = ray.remote(SandboxActor)
-RemoteTrainer = ray.remote(TrainerShard)
+
+
+@functools.cache
+def remote_trainer():
+    """The trainer shard as a Ray actor class. Imported here on first use: this module is also
+    imported by every episode actor (it unpickles the proxies below), which must stay free of
+    torch, the one heavy import (seconds of CPU and ~300 MB per process)."""
+    from actors.trainer_shard import TrainerShard
+
+    return ray.remote(TrainerShard)
 
 
 def ray_call(handle, method: str, *args, source: Optional[InfraSource] = None, timeout_s: float | None = None):

@@ -25,7 +25,7 @@ from typing import Optional
 
 from configs.schema import EngineConfig, SimEngineConfig
 from policies.sample_types import FINISH_LENGTH, SampleOutput, SampleRequest
-from policies.tokenizer import load_tokenizer
+from policies.chat_tokenizer import load_chat_tokenizer
 
 FINISH_STOP = "stop"
 MARKER = re.compile(r"\[sim plan (\d+)x(\d+) turn (\d+)\]")
@@ -74,7 +74,7 @@ class SimEngine:
                  exit_on_server_death: bool = False):
         """Same arguments as EngineActor; there is no server, so exit_on_server_death has nothing to watch."""
         self.index, self.cfg, self.sim = index, cfg, cfg.sim
-        self.tokenizer = load_tokenizer(model_path)
+        self.tokenizer = load_chat_tokenizer(model_path)
         self._im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         filler = self.tokenizer.encode(" .", add_special_tokens=False)
         self._filler = filler[0] if len(filler) == 1 else self.tokenizer.encode(".", add_special_tokens=False)[0]

@@ -7,11 +7,19 @@ ever tokenized, each piece once, on its own.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Protocol, Sequence
 
-from transformers import PreTrainedTokenizerBase
+from policies.chat_tokenizer import IM_END
 
-from policies.tokenizer import IM_END
+
+class ChatTokenizerLike(Protocol):
+    """What a conversation needs of a tokenizer: a ChatTokenizer (episode actors, free of torch)
+    or a transformers tokenizer (evaluation and tests) both fit."""
+
+    def convert_tokens_to_ids(self, token: str) -> int: ...
+    def apply_chat_template(self, messages, **kwargs) -> list: ...
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list: ...
+    def decode(self, ids, skip_special_tokens: bool = ...) -> str: ...
 
 PROMPT_LOGPROB = 0.0
 PROMPT_VERSION = -1
@@ -23,7 +31,7 @@ def neutralize_special_tokens(text: str) -> str:
 
 
 class Conversation:
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, system: str, user: str):
+    def __init__(self, tokenizer: ChatTokenizerLike, system: str, user: str):
         self._tokenizer = tokenizer
         self._im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
         self._messages: List[Dict[str, str]] = [

@@ -13,11 +13,9 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 from configs.schema import TokenizerConfig
 from policies.cache_dir import build_once, content_hash
+from policies.chat_tokenizer import IM_END, IM_START, PAD_TOKEN
 from policies.corpus import CORPUS_VERSION, build_corpus
 
-PAD_TOKEN = "<|endoftext|>"
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
 # Any one of these makes a directory loadable by AutoTokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
