@@ -1,7 +1,6 @@
 """Rollout metrics of one batch (names are the DESIGN.md contract)."""
 from __future__ import annotations
 
-import math
 import statistics
 
 from actors.trajectory import Trajectory
@@ -17,7 +16,10 @@ def tail_fraction(trajs: list[Trajectory]) -> float | None:
     span = ends[-1] - start
     if span <= 0:
         return 0.0
-    t90 = ends[math.ceil(0.9 * len(ends)) - 1]
+    # The moment the 0.9 * n-th trajectory finished, interpolated between finishes when 0.9 * n
+    # is not whole (else a batch under 10 would always read 0: its 90% point is its last one).
+    whole, part = divmod(0.9 * len(ends), 1.0)
+    t90 = ends[int(whole) - 1] + part * (ends[int(whole)] - ends[int(whole) - 1]) if part else ends[int(whole) - 1]
     return (ends[-1] - t90) / span
 
 

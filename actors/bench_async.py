@@ -27,22 +27,26 @@ WORKLOADS = {
                   "tokens_distribution": "uniform", "tokens_per_turn_min": 24, "tokens_per_turn_max": 60},
     "heavy_tail": {"cap_fraction": 0.84, "submit_turn_min": 2, "submit_turn_max": 12,
                    "tokens_distribution": "pareto", "tokens_per_turn_min": 24, "tokens_pareto_shape": 1.3,
-                   "tokens_per_turn_max": 300},
+                   "tokens_per_turn_max": 200},
 }
 MAX_TURNS = 12
 UNCAPPED_TURNS = 36  # the length-cap comparison: the same workload with 3x the turn cap
 STALENESS = (1, 2, 4)
 HEADLINE_STALENESS = 2
-MAX_BATCH = 16  # engine.max_batch_size: one batch of trajectories fills it
-EXTRA_EPISODE_ACTORS = 4  # async keeps the engine's batch full while some episodes are in sandboxes
-GROUPS, GROUP_SIZE = 2, 8
-WARMUP_STEPS = {"sync": 1, "async": 2}
-MEASURED_STEPS = 4
+# One engine whose full batch is one training batch. Sizes are small because every run starts
+# its own fleet, two Ray worker processes per episode actor, at ~0.7 s of CPU each on 2 cores.
+MAX_BATCH = 8
+STEP_BASE_S, STEP_PER_REQUEST_S = 0.003, 0.0005
+EXTRA_EPISODE_ACTORS = 6  # async keeps the engine's batch full while some episodes are in sandboxes
+GROUPS, GROUP_SIZE = 2, 4
+WARMUP_STEPS = {"sync": 1, "async": 1}
+# Steps per measurement window; each run holds `repetitions` windows (medians are over windows).
+WINDOW_STEPS = {"sync": 1, "async": 2}
 
 
 def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turns: int, run_dir: str,
-                 name: str, measured_steps: int = MEASURED_STEPS) -> Config:
-    sim = replace(cfg.engine.sim, **WORKLOADS[workload])
+                 name: str, windows: int) -> Config:
+    sim = replace(cfg.engine.sim, step_base_s=STEP_BASE_S, step_per_request_s=STEP_PER_REQUEST_S, **WORKLOADS[workload])
     engine = replace(cfg.engine, backend="sim", num_engines=1, max_batch_size=MAX_BATCH, max_context_tokens=65536,
                      sim=sim)
     bound = ideal_bound(engine, GROUPS * GROUP_SIZE, MAX_TURNS)  # the calibration uses the capped workload
@@ -51,7 +55,7 @@ def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turn
         run=replace(cfg.run, name=name, dir=run_dir, resume=False, status_interval_s=60.0, trajectories_per_step=0),
         engine=engine,
         trainer=replace(cfg.trainer, backend="sim", num_shards=1, sim_step_s=bound["ideal_rollout_s_per_batch"],
-                        total_steps=WARMUP_STEPS[mode] + measured_steps, checkpoint_interval=0, kl_coef=0.0),
+                        total_steps=WARMUP_STEPS[mode] + windows * WINDOW_STEPS[mode], checkpoint_interval=0, kl_coef=0.0),
         rollout=replace(cfg.rollout, mode=mode, max_staleness=staleness, group_size=GROUP_SIZE,
                         groups_per_batch=GROUPS, num_episode_actors=MAX_BATCH + EXTRA_EPISODE_ACTORS,
                         max_turns=max_turns, max_tokens_per_turn=sim.tokens_per_turn_max, max_total_tokens=65536,
@@ -74,59 +78,60 @@ def ideal_bound(engine, batch_size: int, max_turns: int) -> dict:
 
 
 def measure(cfg: Config) -> dict:
-    """One training run with the real driver; figures over the steps after warm-up."""
+    """One training run with the real driver: the median over its measurement windows (the steps
+    after warm-up, WINDOW_STEPS at a time) of each figure, and the windows themselves."""
     from actors.driver import train
 
     path = train(cfg)
     rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
-    warm = WARMUP_STEPS[cfg.rollout.mode]
-    measured = rows[warm:]
-    wall_s = sum(r["step_time_s"] for r in measured)
-    trained = rows[-1]["trained"] - rows[warm - 1]["trained"]
-    tails = [r["tail_fraction"] for r in measured if r["tail_fraction"] is not None]
+    warm, size = WARMUP_STEPS[cfg.rollout.mode], WINDOW_STEPS[cfg.rollout.mode]
+    capacity = ideal_bound(cfg.engine, GROUPS * GROUP_SIZE, cfg.rollout.max_turns)["engine_tokens_per_s"]
+    windows = [_window(rows[i - 1], rows[i:i + size], capacity) for i in range(warm, len(rows) - size + 1, size)]
+    medians = {key: statistics.median(w[key] for w in windows) for key in windows[0] if key != "tail_fraction"}
+    tails = [w["tail_fraction"] for w in windows if w["tail_fraction"] is not None]
+    return {**medians, "tail_fraction": statistics.median(tails) if tails else None,
+            "dropped_stale": rows[-1]["dropped_stale"], "windows": windows}
+
+
+def _window(before: dict, rows: list[dict], capacity_tokens_per_s: float) -> dict:
+    wall_s = sum(r["step_time_s"] for r in rows)
+    tokens = sum(r["engine_tokens_per_s"] * r["step_time_s"] for r in rows)
+    tails = [r["tail_fraction"] for r in rows if r["tail_fraction"] is not None]
     return {
-        "traj_per_h": trained * 3600 / wall_s,
-        "step_time_s": wall_s / len(measured),
-        "trainer_idle_fraction": 1 - sum(r["time_actor_update_s"] for r in measured) / wall_s,
-        "engine_busy_fraction": sum(r["engine_busy_fraction"] * r["step_time_s"] for r in measured) / wall_s,
-        "tail_fraction": statistics.median(tails) if tails else None,
-        "staleness_mean": statistics.fmean(r["staleness_mean"] for r in measured),
-        "dropped_stale": rows[-1]["dropped_stale"],
-        "turns_mean": statistics.fmean(r["turns_mean"] for r in measured),
-        "tokens_mean": statistics.fmean(r["tokens_mean"] for r in measured),
+        "traj_per_h": (rows[-1]["trained"] - before["trained"]) * 3600 / wall_s,
+        "step_time_s": wall_s / len(rows),
+        "trainer_idle_fraction": 1 - sum(r["time_actor_update_s"] for r in rows) / wall_s,
+        "engine_busy_fraction": sum(r["engine_busy_fraction"] * r["step_time_s"] for r in rows) / wall_s,
+        # Busy counts a step with one request like a full one; utilization is tokens over capacity.
+        "engine_utilization": tokens / wall_s / capacity_tokens_per_s,
+        "tail_fraction": statistics.fmean(tails) if tails else None,
+        "staleness_mean": statistics.fmean(r["staleness_mean"] for r in rows),
+        "turns_mean": statistics.fmean(r["turns_mean"] for r in rows),
+        "tokens_mean": statistics.fmean(r["tokens_mean"] for r in rows),
     }
-
-
-def _median_runs(runs: list[dict]) -> dict:
-    return {key: (statistics.median(r[key] for r in runs) if runs[0][key] is not None else None) for key in runs[0]}
 
 
 def async_vs_sync(cfg: Config, repetitions: int) -> dict:
     from actors.launch import init_ray
 
-    modes = [("sync", 0), *(("async", k) for k in STALENESS)]
     work = Path(tempfile.mkdtemp(prefix="swerve-bench-async-"))
     init_ray(cfg)
     workloads: dict = {}
     for workload in WORKLOADS:
-        runs: dict = {f"{m}{k or ''}": [] for m, k in modes}
-        for rep in range(repetitions):
-            for mode, k in modes:
-                label = f"{mode}{k or ''}"
-                runs[label].append(measure(bench_config(cfg, workload, mode, k, MAX_TURNS, str(work),
-                                                         f"bench-{workload}-{label}-r{rep}")))
-        engine = bench_config(cfg, workload, "sync", 0, MAX_TURNS, str(work), "bound").engine
+        modes = {"sync": measure(bench_config(cfg, workload, "sync", 0, MAX_TURNS, str(work), f"{workload}-sync",
+                                              repetitions))}
+        for k in STALENESS:
+            modes[f"async{k}"] = measure(bench_config(cfg, workload, "async", k, MAX_TURNS, str(work),
+                                                      f"{workload}-async{k}", repetitions))
+        engine = bench_config(cfg, workload, "sync", 0, MAX_TURNS, str(work), "bound", repetitions).engine
         bound = ideal_bound(engine, GROUPS * GROUP_SIZE, MAX_TURNS)
-        medians = {label: _median_runs(r) for label, r in runs.items()}
-        for m in medians.values():
+        for m in modes.values():
             m["fraction_of_ideal"] = m["traj_per_h"] / bound["engine_traj_per_h"]
-            m["ratio_over_sync"] = m["traj_per_h"] / medians["sync"]["traj_per_h"]
-        workloads[workload] = {"ideal": bound, "ideal_traj_per_h": bound["engine_traj_per_h"],
-                               "ideal_ratio_over_sync": bound["engine_traj_per_h"] / medians["sync"]["traj_per_h"],
-                               "modes": medians, "runs": runs}
-    # The length cap's effect: sync steps on the reference workload at 3x the turn cap (one run).
-    uncapped = measure(bench_config(cfg, "reference", "sync", 0, UNCAPPED_TURNS, str(work), "bench-uncapped",
-                                    measured_steps=2))
+            m["ratio_over_sync"] = m["traj_per_h"] / modes["sync"]["traj_per_h"]
+        workloads[workload] = {"ideal": bound, "ideal_ratio_over_sync": bound["engine_traj_per_h"] / modes["sync"]["traj_per_h"],
+                               "modes": modes}
+    # The length cap's effect: sync steps on the reference workload at 3x the turn cap.
+    uncapped = measure(bench_config(cfg, "reference", "sync", 0, UNCAPPED_TURNS, str(work), "reference-uncapped", 1))
     ref, head = workloads["reference"], f"async{HEADLINE_STALENESS}"
     ratio = ref["modes"][head]["traj_per_h"] / ref["modes"]["sync"]["traj_per_h"]
     efficiency = {name: w["modes"][head]["fraction_of_ideal"] for name, w in workloads.items()}
@@ -147,8 +152,12 @@ def async_vs_sync(cfg: Config, repetitions: int) -> dict:
                        "sync_step_s_uncapped": uncapped["step_time_s"],
                        "step_speedup_from_cap": uncapped["step_time_s"] / ref["modes"]["sync"]["step_time_s"]},
         "workloads": workloads,
-        "setup": {"max_turns": MAX_TURNS, "max_batch_size": MAX_BATCH, "episode_actors": MAX_BATCH + EXTRA_EPISODE_ACTORS,
-                  "batch": f"{GROUPS} groups x {GROUP_SIZE}", "warmup_steps": WARMUP_STEPS,
-                  "measured_steps": MEASURED_STEPS, "engine": "sim (1 engine)", "trainer": "sim",
+        "setup": {"max_turns": MAX_TURNS, "engine": f"sim, 1 engine, max batch {MAX_BATCH}, decode step "
+                                                    f"{STEP_BASE_S} s + {STEP_PER_REQUEST_S} s per request",
+                  "episode_actors": MAX_BATCH + EXTRA_EPISODE_ACTORS, "batch": f"{GROUPS} groups x {GROUP_SIZE}",
+                  "trainer": "sim, step time = ideal rollout time of one batch",
+                  "warmup_steps": WARMUP_STEPS, "window_steps": WINDOW_STEPS,
+                  "repetitions": "measurement windows within one run per configuration (medians over them): "
+                                 "a fresh fleet per run costs ~20 s of Ray worker starts on 2 cores",
                   "sandbox": cfg.sandbox.backend, "tasks": f"{cfg.tasks.source}/{cfg.tasks.split}"},
     }

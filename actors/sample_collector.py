@@ -66,6 +66,7 @@ class SampleCollector:
         self._pending: deque[WorkItem] = deque()
         self._in_flight: dict[tuple[int, int, int], WorkItem] = {}
         self._worker_of: dict[tuple[int, int, int], str] = {}  # who runs each in-flight item (see abandon)
+        self._started_version: dict[tuple[int, int, int], int] = {}  # the version each in-flight item started at
         self._trained_keys: set[tuple[int, int, int]] = set()
         self._finished_since_batch: list[Trajectory] = []
         self._stopped = False
@@ -119,6 +120,7 @@ class SampleCollector:
         self.counts["in_flight"] += 1
         self._in_flight[(item.group_id, item.member, item.attempt)] = item
         self._worker_of[(item.group_id, item.member, item.attempt)] = worker
+        self._started_version[(item.group_id, item.member, item.attempt)] = self.version
         return item
 
     def abandon(self, worker: str, source: str, reason: str) -> int:
@@ -135,6 +137,7 @@ class SampleCollector:
     def submit(self, traj: Trajectory) -> None:
         key = (traj.group_id, traj.member, traj.attempt)
         self._worker_of.pop(key, None)
+        self._started_version.pop(key, None)
         if self._in_flight.pop(key, None) is None:
             # A result from before a restart (re-admitted since) or a duplicate: never counted twice.
             raise AccountingError(f"trajectory {key} was not in flight")
@@ -181,9 +184,23 @@ class SampleCollector:
             self.counts["filtered_uniform"] += len(group.members)
             self.groups_filtered += 1
 
+    def _straggler_at_bound(self) -> bool:
+        """Pacing, not discarding: a batch moves the version on, after which work started at
+        version - max_staleness could only be dropped as stale (wasting its rollout and biasing
+        training towards short episodes). Such work, in flight or finished in a group that still
+        waits for a member, holds the next batch back instead. (Older work is stale already:
+        waiting would not save it.)"""
+        edge = self.version - self.cfg.max_staleness
+        if any(started == edge for started in self._started_version.values()):
+            return True
+        return any(t.oldest_version == edge for g in self._groups.values() if not g.dead and not g.complete
+                   for t in g.members.values())
+
     def next_batch(self, temperature: float) -> Optional[Batch]:
         if self.cfg.drop_uniform_groups:
             self._filter_uniform()
+        if self._straggler_at_bound():
+            return None
         ready = [g for g in self._groups.values() if g.complete]
         if len(ready) < self.cfg.groups_per_batch:
             return None
@@ -270,6 +287,7 @@ class SampleCollector:
         self._pending = deque(lost + pending)
         self._in_flight = {}
         self._worker_of = {}
+        self._started_version = {}
         self.readmitted = state["readmitted"] + len(lost)
         self.accounting()
         return len(lost)

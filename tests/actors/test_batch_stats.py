@@ -16,6 +16,12 @@ def test_tail_fraction_is_time_after_90_percent():
     assert tail_fraction(trajs) == pytest.approx(0.9)
 
 
+def test_tail_fraction_of_a_small_batch_interpolates_the_90_percent_point():
+    trajs = [traj(0, 1) for _ in range(7)] + [traj(0, 11)]
+    # 0.9 x 8 = 7.2 finishes: a fifth of the way from the 7th (t=1) to the 8th (t=11), t=3
+    assert tail_fraction(trajs) == pytest.approx(8 / 11)
+
+
 def test_rates_and_staleness():
     kept = [traj(0, 1, "resolved", 1.0, version=1), traj(0, 2, "unresolved", 0.0, version=2)]
     finished = kept + [traj(0, 3, "infra_error", source="sandbox")]

@@ -87,6 +87,22 @@ def test_incomplete_groups_do_not_make_a_batch():
     assert c.accounting()["in_flight"] == 6
 
 
+def test_the_trainer_is_paced_by_work_at_the_staleness_edge_instead_of_dropping_it():
+    c = make(max_staleness=1)
+    items = drain(c)  # 4 groups of 2, all started at version 0
+    for item in items[:4]:
+        c.submit(finish(item))  # groups 0 and 1 complete: one batch
+    c.set_version(1)  # work started at 0 is kept now, but would be stale after the next batch
+    assert c.next_batch(1.0) is None  # so the trainer waits for the in-flight rest
+    for item in items[4:7]:
+        c.submit(finish(item))
+    assert c.next_batch(1.0) is None  # a finished member of an incomplete group still waits for its mate
+    c.submit(finish(items[7]))
+    first, second = c.next_batch(1.0), c.next_batch(1.0)
+    assert len(first.samples) == len(second.samples) == 4 and c.counts["dropped_stale"] == 0
+    assert c.accounting()["trained"] == 8
+
+
 def test_stale_trajectories_dropped_and_counted():
     c = make(max_staleness=1)
     items = drain(c)
