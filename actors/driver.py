@@ -126,7 +126,7 @@ def train(cfg: Config) -> Path:
                 write_plots(run_dir.rows(), run_dir.path)
         # The trained policy as an HF directory: what `swerve eval` and the engines load.
         ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])
-        results = shutdown(fleet, grace_s=cfg.rollout.max_episode_seconds)
+        results = shutdown(fleet, grace_s=cfg.rollout.shutdown_grace_s)
         accounting = ray.get(fleet.collector.accounting.remote())
         faults = fault_report(results, fleet.engine_set.kills_injected, fleet.engine_set.restarts)
         run_dir.write_accounting({**accounting, "episode_actors": results, "faults": faults,

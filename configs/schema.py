@@ -187,6 +187,9 @@ class RolloutConfig:
     max_tokens_per_turn: int = 48
     max_total_tokens: int = 2048
     max_episode_seconds: float = 300.0
+    # At the end of a run, how long episodes still running may finish (their results are counted)
+    # before their actors are ended.
+    shutdown_grace_s: float = 300.0
     max_infra_retries: int = 2
     normalize_advantage_std: bool = False
     # Dynamic sampling: drop complete groups whose members all got the same reward (zero

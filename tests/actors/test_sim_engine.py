@@ -100,4 +100,4 @@ def test_reference_workload_matches_its_calibration():
     assert max(lengths) / min(lengths) == pytest.approx(2.5)
     heavy = replace(SimEngineConfig(), **WORKLOADS["heavy_tail"])
     tail = sorted(draw_plan(heavy, rng).tokens_per_turn for _ in range(20_000))
-    assert tail[-1] / tail[0] > 10 and statistics.median(tail) < statistics.fmean(tail)  # a long right tail
+    assert tail[-1] / tail[0] > 3 * 2.5 and statistics.median(tail) < statistics.fmean(tail)  # a long right tail
