@@ -1,90 +1,83 @@
 """`swerve bench scale`: how many concurrent episodes one machine holds, and what each costs.
 
-Each level runs the real driver with N episode actors (each with its own sandbox actor) against
-one simulated engine (engine.backend=sim, batch N) and a simulated trainer, with a batch of N
-trajectories, so all N are in flight at once. A monitor polls the collector's books (peak
-in-flight episodes) and the machine's available memory. Memory per concurrent episode is the
-marginal cost between levels (fixed costs such as the engine, trainer and Ray itself cancel).
-The collector's absorption rate is measured apart: completions per second it takes in, in its
-own process (its logic) and as a Ray actor fed by several client processes (what a run sees).
+Each level starts a run's fleet (actors.launch, as the driver does) with N episode actors, each
+with its own sandbox actor, against one simulated engine (engine.backend=sim, batch N) and no
+admission limit, and waits until all N episodes are in flight at once (the collector's books),
+then ends the fleet. A level runs only if the memory it is projected to need fits, and is ended
+early if the machine runs short. Memory per concurrent episode is the marginal cost between
+levels (fixed costs such as the engine, trainer and Ray itself cancel). The collector's
+absorption rate is measured apart: completions per second it takes in, in its own process (its
+logic) and as a Ray actor fed by several client processes (what a run sees).
 """
 from __future__ import annotations
 
 import statistics
-import tempfile
-import threading
 import time
 from dataclasses import replace
 
 from configs import Config
 
-LEVELS = (32, 128)
+# The first two measure the marginal cost per episode; each later one runs only if it fits.
+LEVELS = (16, 32, 96, 128)
 MACHINE_GB = 24  # the machine the issue sizes for: episodes it would hold at the measured cost
-MEMORY_HEADROOM = 0.8  # a level runs only if its projected memory fits in this share of what is available
+MEMORY_HEADROOM = 0.9  # a level runs only if its projected memory fits in this share of what is available
+MEMORY_FLOOR_MB = 1500  # a level is ended when the machine's available memory falls below this
+LEVEL_TIMEOUT_S = 300.0
+HOLD_S = 3.0  # all N must stay in flight this long
 TRAJECTORY_TOKENS = 600
 ABSORB_S = 3.0
 ABSORB_CLIENTS = 4
 
 
 def available_mb() -> float:
-    with open("/proc/meminfo") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return int(fields["MemAvailable"].split()[0]) / 1024
+    return _meminfo_mb("MemAvailable")
 
 
-def level_config(cfg: Config, n: int, run_dir: str) -> Config:
-    sim = replace(cfg.engine.sim, step_base_s=0.01, step_per_request_s=0.0002, cap_fraction=1.0, command="true",
+def level_config(cfg: Config, n: int) -> Config:
+    # Long episodes (turn cap 1000, seconds per turn, so the turns' CPU leaves room for actor
+    # starts on 2 cores): none ends while the level is measured.
+    sim = replace(cfg.engine.sim, step_base_s=0.1, step_per_request_s=0.0002, cap_fraction=1.0, command="true",
                   tokens_per_turn_min=24, tokens_per_turn_max=32)
     return replace(
         cfg,
-        run=replace(cfg.run, name=f"scale-{n}", dir=run_dir, resume=False, status_interval_s=60.0,
-                    trajectories_per_step=0),
-        engine=replace(cfg.engine, backend="sim", num_engines=1, max_batch_size=n, sim=sim),
-        trainer=replace(cfg.trainer, backend="sim", num_shards=1, sim_step_s=0.1, total_steps=2,
-                        checkpoint_interval=0, kl_coef=0.0),
-        rollout=replace(cfg.rollout, mode="async", max_staleness=1, group_size=8, groups_per_batch=n // 8,
-                        num_episode_actors=n, max_turns=4, max_tokens_per_turn=32, drop_uniform_groups=False),
+        run=replace(cfg.run, name=f"scale-{n}"),
+        engine=replace(cfg.engine, backend="sim", num_engines=1, max_batch_size=n, max_context_tokens=65536, sim=sim),
+        rollout=replace(cfg.rollout, mode="async", max_staleness=10**9, group_size=8, num_episode_actors=n,
+                        max_turns=1000, max_tokens_per_turn=32, max_total_tokens=65536, max_episode_seconds=3600.0),
         faults=replace(cfg.faults, sandbox_kill_rate=0.0, sandbox_start_fail_rate=0.0, engine_kill_rate=0.0,
                        llm_error_rate=0.0, grader_crash_rate=0.0),
     )
 
 
-class _Monitor(threading.Thread):
-    """Peak in-flight episodes (the collector's books) and lowest available memory during a run."""
+def run_level(cfg: Config, model_path: str, tokenizer_path: str, tasks: list) -> dict:
+    import ray
 
-    def __init__(self, namespace: str):
-        super().__init__(daemon=True)
-        self.namespace, self.peak_in_flight, self.min_available_mb = namespace, 0, available_mb()
-        self.done = threading.Event()
+    from actors.launch import kill, launch, start_episodes
 
-    def run(self) -> None:
-        import ray
-
-        collector = None
-        while not self.done.wait(0.5):
-            self.min_available_mb = min(self.min_available_mb, available_mb())
-            try:
-                collector = collector or ray.get_actor("collector", namespace=self.namespace)
-                self.peak_in_flight = max(self.peak_in_flight, ray.get(collector.accounting.remote())["in_flight"])
-            except ValueError:
-                continue  # not started yet, or already gone
-
-
-def run_level(cfg: Config) -> dict:
-    from actors.driver import train
-    from actors.launch import namespace
-
+    n = cfg.rollout.num_episode_actors
     before = available_mb()
-    monitor = _Monitor(namespace(cfg))
-    monitor.start()
     started = time.perf_counter()
+    fleet = launch(cfg, model_path, tasks, with_trainers=False)
+    peak, lowest, held_since, outcome = 0, before, None, "timed out"
     try:
-        train(cfg)
+        start_episodes(fleet, cfg, tokenizer_path)
+        while time.perf_counter() - started < LEVEL_TIMEOUT_S:
+            in_flight = ray.get(fleet.collector.accounting.remote())["in_flight"]
+            peak, lowest = max(peak, in_flight), min(lowest, available_mb())
+            if lowest < MEMORY_FLOOR_MB:
+                outcome = "ended: the machine ran short of memory"
+                break
+            held_since = (held_since or time.perf_counter()) if in_flight == n else None
+            if held_since and time.perf_counter() - held_since >= HOLD_S:
+                outcome = "all in flight"
+                break
+            time.sleep(0.5)
     finally:
-        monitor.done.set()
-        monitor.join()
-    return {"episodes": cfg.rollout.num_episode_actors, "peak_in_flight": monitor.peak_in_flight,
-            "memory_used_mb": before - monitor.min_available_mb, "seconds": time.perf_counter() - started}
+        ray.get(fleet.collector.stop.remote())
+        kill(fleet)
+        _wait_for_memory_back(before)
+    return {"episodes": n, "peak_in_flight": peak, "memory_used_mb": before - lowest, "outcome": outcome,
+            "seconds": time.perf_counter() - started}
 
 
 def collector_absorption(seconds: float = ABSORB_S, clients: int = ABSORB_CLIENTS) -> dict:
@@ -141,23 +134,24 @@ def _feed(collector, seconds: float, name: str) -> int:
 
 def scale(cfg: Config, repetitions: int) -> dict:
     from actors.launch import init_ray
+    from envs.validate import trainable_tasks
+    from policies.model import ensure_model
+    from policies.tokenizer import ensure_tokenizer
 
     init_ray(cfg)
-    work = tempfile.mkdtemp(prefix="swerve-bench-scale-")
+    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
+    model_path = ensure_model(cfg.model, tokenizer_path)
+    tasks = trainable_tasks(cfg.tasks)[0]
     levels: list[dict] = []
+    skipped: list[int] = []
     for n in LEVELS:
-        if levels:
-            per_episode = levels[-1]["memory_used_mb"] / levels[-1]["episodes"]
-            if per_episode * n > MEMORY_HEADROOM * available_mb():
-                break  # this level would not fit: the last one is as far as this machine goes
-        levels.append(run_level(level_config(cfg, n, work)))
+        if len(levels) >= 2 and _projected_mb(levels, n) > MEMORY_HEADROOM * available_mb():
+            skipped.append(n)  # would not fit: the last level is as far as this machine goes
+            continue
+        levels.append(run_level(level_config(cfg, n), model_path, tokenizer_path, tasks))
     absorb = [collector_absorption() for _ in range(repetitions)]
     reached = max(level["peak_in_flight"] for level in levels)
-    if len(levels) >= 2:
-        low, high = levels[0], levels[-1]
-        per_episode_mb = (high["memory_used_mb"] - low["memory_used_mb"]) / (high["episodes"] - low["episodes"])
-    else:
-        per_episode_mb = levels[0]["memory_used_mb"] / levels[0]["episodes"]
+    per_episode_mb = _per_episode_mb(levels)
     rate = statistics.median(a["via_ray_per_s"] for a in absorb)
     return {
         "figure": "concurrent episodes reached / 128 (the target; the reference run held 96 per node)",
@@ -168,7 +162,33 @@ def scale(cfg: Config, repetitions: int) -> dict:
         "episodes_per_24gb_projected": MACHINE_GB * 1024 / per_episode_mb,
         "collector_completions_per_s": rate,
         "collector_in_process_per_s": statistics.median(a["in_process_per_s"] for a in absorb),
-        "levels": levels, "absorption_runs": absorb,
-        "setup": {"levels_tried": LEVELS, "engine": "sim (1 engine, batch = episodes)", "trainer": "sim",
-                  "sandbox": cfg.sandbox.backend, "available_mb_at_start": available_mb()},
+        "levels": levels, "levels_skipped_for_memory": skipped, "absorption_runs": absorb,
+        "setup": {"levels_tried": LEVELS, "engine": "sim (1 engine, batch = episodes)", "sandbox": cfg.sandbox.backend,
+                  "memory_total_mb": _meminfo_mb("MemTotal")},
     }
+
+
+def _wait_for_memory_back(before_mb: float, timeout_s: float = 60.0) -> None:
+    """Ended actors' processes exit asynchronously; the next level measures from a settled machine."""
+    deadline = time.monotonic() + timeout_s
+    while available_mb() < before_mb - 300 and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _projected_mb(levels: list[dict], n: int) -> float:
+    """Memory a level of n episodes would take: the last level's plus the marginal cost of the rest."""
+    return levels[-1]["memory_used_mb"] + _per_episode_mb(levels) * (n - levels[-1]["episodes"])
+
+
+def _per_episode_mb(levels: list[dict]) -> float:
+    """Marginal memory per episode between the first and last level (one level: its average)."""
+    low, high = levels[0], levels[-1]
+    if high["episodes"] == low["episodes"]:
+        return high["memory_used_mb"] / high["episodes"]
+    return (high["memory_used_mb"] - low["memory_used_mb"]) / (high["episodes"] - low["episodes"])
+
+
+def _meminfo_mb(field: str) -> float:
+    with open("/proc/meminfo") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields[field].split()[0]) / 1024

@@ -67,15 +67,17 @@ def _opts(cfg: Config, name: str, resource: str = "") -> dict:
     return {"name": name, "namespace": namespace(cfg), "num_cpus": 0, **placement(resource)}
 
 
-def launch(cfg: Config, model_path: str, tasks: list) -> Fleet:
+def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True) -> Fleet:
     """Engines, trainer shards (joined in one process group) and the collector; no episodes yet,
-    so a resumed run can restore the collector before any work is handed out."""
+    so a resumed run can restore the collector before any work is handed out. Without trainers:
+    the rollout side alone (`swerve bench scale`)."""
     engine_set = EngineSet(cfg.engine, model_path, namespace(cfg), cfg.ray.engine_resource).start()
-    world = cfg.trainer.num_shards
+    world = cfg.trainer.num_shards if with_trainers else 0
     trainers = [remote_trainer().options(**_opts(cfg, f"trainer-{r}", cfg.ray.trainer_resource)).remote(
         r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)]
-    addr, port = ray.get(trainers[0].rendezvous_address.remote())
-    ray.get([t.join.remote(addr, port) for t in trainers])
+    if trainers:
+        addr, port = ray.get(trainers[0].rendezvous_address.remote())
+        ray.get([t.join.remote(addr, port) for t in trainers])
     # The books live on the driver's node: losing that node is losing the driver, which the
     # checkpoint/resume path covers; any other node may go (its actors are replaced).
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
