@@ -85,9 +85,11 @@ class EpisodeActor:
             self._play(work, conv, traj, sticky_key)
         except InfraError as err:
             self._mark_infra(traj, err.source, str(err))
+            self._renew_env()
         except Exception as err:  # noqa: BLE001 - classified and counted as infra_error(unknown), never scored
             log.exception("%s: episode of %s crashed", self.name, work.task_id)
             self._mark_infra(traj, InfraSource.UNKNOWN, f"{type(err).__name__}: {err}")
+            self._renew_env()
         finally:
             self.engines.release(sticky_key)
         if not traj.is_infra_error and getattr(self.sandbox, "failures", 0) > sandbox_failures:
@@ -102,6 +104,13 @@ class EpisodeActor:
         traj.finished_s = time.time()
         self._record_faults(self._faults_injected() - faults_before, traj)
         return traj
+
+    def _renew_env(self) -> None:
+        """An exception inside reset or step leaves the env, and its wrappers, half-updated
+        (gymnasium's passive checker then fails the next episode's first step): the next episode
+        gets a fresh env. The old one is dropped, not closed: closing would close the sandbox
+        lease, which belongs to this actor and is reused."""
+        self.env = gymnasium.make(self.env_cfg.id, **self.env_cfg.kwargs)
 
     def _play(self, work: WorkItem, conv: Conversation, traj: Trajectory, sticky_key: str) -> None:
         deadline = time.monotonic() + self.cfg.max_episode_seconds

@@ -52,6 +52,16 @@ def test_broken_sandbox_is_infra_error_never_scored(model_path, tokenizer_path, 
     assert traj.token_ids == []
 
 
+def test_an_episode_after_a_failed_reset_gets_a_working_env(model_path, tokenizer_path, task, tmp_path):
+    root = tmp_path / "created-later"
+    actor = make_actor(model_path, tokenizer_path, LocalSandbox(SandboxConfig(workdir_root=str(root))))
+    assert actor.run_episode(work(task)).outcome == "infra_error"  # reset raised mid-way
+    root.mkdir()  # the sandbox works again
+    traj = actor.run_episode(work(task, seed=2))
+    # gymnasium's passive checker kept half-set state from the failed reset and crashed the first step
+    assert traj.outcome in ("format_error", "truncated") and traj.turns >= 1, traj.error
+
+
 def test_run_loop_works_until_stop(model_path, tokenizer_path, task):
     collector = SampleCollector(RolloutConfig(group_size=2, groups_per_batch=1, max_staleness=0), [task], [task.id], 0)
     actor = make_actor(model_path, tokenizer_path, LocalSandbox(SandboxConfig()), collector=collector)
