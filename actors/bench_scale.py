@@ -27,6 +27,7 @@ HOLD_S = 3.0  # all N must stay in flight this long
 TRAJECTORY_TOKENS = 600
 ABSORB_S = 3.0
 ABSORB_CLIENTS = 4
+PIPELINE = 32  # exchanges each absorption client keeps in flight
 
 
 def available_mb() -> float:
@@ -91,9 +92,9 @@ def collector_absorption(seconds: float = ABSORB_S, clients: int = ABSORB_CLIENT
     cfg = RolloutConfig(group_size=8, groups_per_batch=4, max_staleness=10**9)
     tasks = [f"task-{i}" for i in range(64)]
     local = SampleCollector(cfg, tasks, tasks, seed=0)
-    count, deadline = 0, time.perf_counter() + seconds
+    count, deadline, item = 0, time.perf_counter() + seconds, local.acquire("bench")
     while time.perf_counter() < deadline:
-        local.submit(_finished(local.acquire("bench")))
+        item = local.exchange(_finished(item), "bench")
         count += 1
         if count % 32 == 0:
             local.next_batch(1.0)
@@ -107,7 +108,7 @@ def collector_absorption(seconds: float = ABSORB_S, clients: int = ABSORB_CLIENT
         drained += 1 if ray.get(remote.next_batch.remote(1.0)) is not None else 0
     via_ray = sum(ray.get(refs)) / seconds
     ray.kill(remote)
-    return {"in_process_per_s": in_process, "via_ray_per_s": via_ray, "clients": clients,
+    return {"in_process_per_s": in_process, "via_ray_per_s": via_ray, "clients": clients, "pipeline": PIPELINE,
             "trajectory_tokens": TRAJECTORY_TOKENS, "batches_drained": drained}
 
 
@@ -122,13 +123,15 @@ def _finished(item):
 
 
 def _feed(collector, seconds: float, name: str) -> int:
-    """A client process acquiring and submitting as fast as the collector answers."""
+    """A client process standing for many episode actors: PIPELINE exchanges in flight at once
+    (as many episodes finish concurrently), each one round trip (submit + next work item)."""
     import ray
 
     count, deadline = 0, time.perf_counter() + seconds
+    items = ray.get([collector.acquire.remote(name) for _ in range(PIPELINE)])
     while time.perf_counter() < deadline:
-        ray.get(collector.submit.remote(_finished(ray.get(collector.acquire.remote(name)))))
-        count += 1
+        items = ray.get([collector.exchange.remote(_finished(item), name) for item in items])
+        count += len(items)
     return count
 
 

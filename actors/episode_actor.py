@@ -43,14 +43,13 @@ class EpisodeActor:
 
     def run(self) -> dict:
         """Work until the collector says stop; returns how many episodes ran."""
-        while True:
-            work = self.collector.acquire(self.name)
-            if work == STOP:
-                break
+        work = self.collector.acquire(self.name)
+        while work != STOP:
             if work is None:
                 time.sleep(self.cfg.poll_interval_s)
-                continue
-            self.collector.submit(self.run_episode(work))
+                work = self.collector.acquire(self.name)
+            else:
+                work = self.collector.exchange(self.run_episode(work), self.name)
         self.env.close()
         # Fault counts only when faults.* injected any: a run without faults reports what it always did.
         return {"actor": self.name, "episodes": self.episodes, **({"faults": self.faults} if self.faults else {})}

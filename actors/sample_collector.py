@@ -164,6 +164,11 @@ class SampleCollector:
         group.members[traj.member] = traj
         self.counts["buffered"] += 1
 
+    def exchange(self, traj: Trajectory, worker: str = "") -> Optional[WorkItem] | str:
+        """submit, then acquire: one round trip per episode for an episode actor."""
+        self.submit(traj)
+        return self.acquire(worker)
+
     def _quarantine(self, group: _Group, reason: str) -> None:
         self.quarantined_tasks[group.task_id] = reason
         for dead in [g for g in self._groups.values() if g.task_id == group.task_id]:
