@@ -50,14 +50,15 @@ class SimEngineConfig:
     A decode step of b running requests takes step_base_s + step_per_request_s * b, as a real
     engine's does (a fixed cost per step plus a per-sequence one), so batching pays and a batch
     that drains in the tail runs nearly idle. Its replies are a scripted agent's: each trajectory
-    draws a plan at its first turn (turns, tokens per turn) and carries it in its replies."""
-    step_base_s: float = 0.004
+    draws a plan at its first turn (turns, tokens per turn) and carries it in its replies.
+    The defaults are `swerve bench async_vs_sync`'s reference workload (with rollout.max_turns=10)."""
+    step_base_s: float = 0.003
     step_per_request_s: float = 0.0005
     # Share of trajectories that never submit (they end at rollout.max_turns).
     cap_fraction: float = 0.84
     # The others submit at a turn drawn uniformly from [submit_turn_min, submit_turn_max].
-    submit_turn_min: int = 4
-    submit_turn_max: int = 12
+    submit_turn_min: int = 6
+    submit_turn_max: int = 10
     # Tokens per reply, drawn once per trajectory: "uniform" in [min, max], or "pareto" (shape
     # tokens_pareto_shape, scale min, cut at max) for a heavy tail of long trajectories.
     tokens_per_turn_min: int = 24
