@@ -18,6 +18,7 @@ from pathlib import Path
 
 from actors.sim_engine import workload_means
 from configs import Config
+from configs.schema import FaultsConfig
 
 # Reference run: 84% of trajectories hit the turn cap, successful ones submit at a median of 8
 # turns, attempts at one task differ up to 2.5x in length. heavy_tail: reply lengths from a
@@ -60,8 +61,7 @@ def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turn
                         groups_per_batch=GROUPS, num_episode_actors=MAX_BATCH + EXTRA_EPISODE_ACTORS,
                         max_turns=max_turns, max_tokens_per_turn=sim.tokens_per_turn_max, max_total_tokens=65536,
                         drop_uniform_groups=False, poll_interval_s=0.02, shutdown_grace_s=0.0),
-        faults=replace(cfg.faults, sandbox_kill_rate=0.0, sandbox_start_fail_rate=0.0, engine_kill_rate=0.0,
-                       llm_error_rate=0.0, grader_crash_rate=0.0),
+        faults=FaultsConfig(),  # none injected
     )
 
 

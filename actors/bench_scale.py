@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 
 from configs import Config
+from configs.schema import FaultsConfig
 
 # The first two measure the marginal cost per episode; each later one runs only if it fits.
 LEVELS = (16, 32, 96, 128)
@@ -45,8 +46,7 @@ def level_config(cfg: Config, n: int) -> Config:
         engine=replace(cfg.engine, backend="sim", num_engines=1, max_batch_size=n, max_context_tokens=65536, sim=sim),
         rollout=replace(cfg.rollout, mode="async", max_staleness=10**9, group_size=8, num_episode_actors=n,
                         max_turns=1000, max_tokens_per_turn=32, max_total_tokens=65536, max_episode_seconds=3600.0),
-        faults=replace(cfg.faults, sandbox_kill_rate=0.0, sandbox_start_fail_rate=0.0, engine_kill_rate=0.0,
-                       llm_error_rate=0.0, grader_crash_rate=0.0),
+        faults=FaultsConfig(),  # none injected
     )
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 
 from configs import Config
+from configs.schema import FaultsConfig
 
 EXTRA_TURNS = 20
 CALLS = 50  # per part, per repetition
@@ -53,8 +54,7 @@ def turn_overhead(cfg: Config, repetitions: int) -> dict:
                   tokens_per_turn_min=24, tokens_per_turn_max=24)
     engine = create_engine(replace(cfg.engine, backend="sim", sim=sim), 0, model_path, ns)
     router = EngineRouter([engine], engine_call, seed=0, lookup=NamedEngines(ns))
-    lease = SandboxLease(0, cfg.sandbox, replace(cfg.faults, sandbox_kill_rate=0.0, sandbox_start_fail_rate=0.0,
-                                                 grader_crash_rate=0.0), ns, seed=0, label="turn-bench")
+    lease = SandboxLease(0, cfg.sandbox, FaultsConfig(), ns, seed=0, label="turn-bench")  # no injected faults
     local = LocalSandbox(cfg.sandbox)
     episodes = {turns: EpisodeActor(0, replace(cfg.rollout, max_turns=turns, max_tokens_per_turn=64,
                                                max_total_tokens=32768, max_episode_seconds=600.0),
