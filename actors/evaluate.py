@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 from actors import redact
 from actors.run_dir import write_json, write_jsonl
 from actors.sample_collector import STOP
-from actors.trajectory import Trajectory, WorkItem
+from actors.trajectory import Trajectory, WorkItem, WorkSource
 from configs import Config
 from envs.outcomes import Outcome
 
@@ -71,11 +71,8 @@ def stratified_subset(tasks: Sequence, num_tasks: int, seed: int) -> list:
 
 
 # -- work queue ----------------------------------------------------------------------------
-class EvalQueue:
-    """Hands out every (task, attempt) once, re-runs infra errors (bounded), keeps the results.
-
-    Speaks the collector protocol EpisodeActor.run() uses: acquire(worker) -> WorkItem | None |
-    "stop", submit(trajectory)."""
+class EvalQueue(WorkSource):
+    """Hands out every (task, attempt) once, re-runs infra errors (bounded), keeps the results."""
 
     def __init__(self, tasks: Sequence, attempts: int, max_infra_retries: int, seed: int):
         rng = random.Random(seed)

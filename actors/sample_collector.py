@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional, Sequence
 
 from actors.batch_stats import batch_stats
-from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem
+from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem, WorkSource
 from configs.schema import RolloutConfig
 from envs.outcomes import Outcome
 
@@ -47,7 +47,7 @@ class _Group:
         return not self.dead and len(self.members) == self.size
 
 
-class SampleCollector:
+class SampleCollector(WorkSource):
     def __init__(self, cfg: RolloutConfig, tasks: Sequence, task_ids: Sequence[str], seed: int):
         if not tasks:
             raise ValueError("the task set is empty: check tasks.source / tasks.split / tasks.ids")
@@ -163,11 +163,6 @@ class SampleCollector:
             return
         group.members[traj.member] = traj
         self.counts["buffered"] += 1
-
-    def exchange(self, traj: Trajectory, worker: str = "") -> Optional[WorkItem] | str:
-        """submit, then acquire: one round trip per episode for an episode actor."""
-        self.submit(traj)
-        return self.acquire(worker)
 
     def _quarantine(self, group: _Group, reason: str) -> None:
         self.quarantined_tasks[group.task_id] = reason

@@ -92,3 +92,13 @@ class Batch:
     @property
     def num_loss_tokens(self) -> int:
         return sum(sum(s.loss_mask) for s in self.samples)
+
+
+class WorkSource:
+    """What an episode actor asks of the collector (training) or the eval queue: acquire(worker)
+    -> WorkItem | None (nothing now) | "stop", and submit(trajectory). `exchange` is both in
+    one call: one round trip per episode when the source is a Ray actor."""
+
+    def exchange(self, traj: Trajectory, worker: str = ""):
+        self.submit(traj)
+        return self.acquire(worker)
