@@ -18,8 +18,10 @@ def tail_fraction(trajs: list[Trajectory]) -> float | None:
         return 0.0
     # The moment the 0.9 * n-th trajectory finished, interpolated between finishes when 0.9 * n
     # is not whole (else a batch under 10 would always read 0: its 90% point is its last one).
+    # 0.9 * n lies in [1.8, n): both neighbours exist.
     whole, part = divmod(0.9 * len(ends), 1.0)
-    t90 = ends[int(whole) - 1] + part * (ends[int(whole)] - ends[int(whole) - 1]) if part else ends[int(whole) - 1]
+    i = int(whole)
+    t90 = ends[i - 1] + part * (ends[i] - ends[i - 1])
     return (ends[-1] - t90) / span
 
 

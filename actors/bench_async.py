@@ -47,9 +47,8 @@ WINDOW_STEPS = {"sync": 1, "async": 2}
 
 def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turns: int, run_dir: str,
                  name: str, windows: int) -> Config:
-    sim = replace(cfg.engine.sim, step_base_s=STEP_BASE_S, step_per_request_s=STEP_PER_REQUEST_S, **WORKLOADS[workload])
-    engine = replace(cfg.engine, backend="sim", num_engines=1, max_batch_size=MAX_BATCH, max_context_tokens=65536,
-                     sim=sim)
+    engine = bench_engine(cfg, workload)
+    sim = engine.sim
     bound = ideal_bound(engine, GROUPS * GROUP_SIZE, MAX_TURNS)  # the calibration uses the capped workload
     return replace(
         cfg,
@@ -65,14 +64,25 @@ def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turn
     )
 
 
+def bench_engine(cfg: Config, workload: str):
+    """The engine section every run of `workload` uses: one sim engine at the bench's batch and speed."""
+    sim = replace(cfg.engine.sim, step_base_s=STEP_BASE_S, step_per_request_s=STEP_PER_REQUEST_S, **WORKLOADS[workload])
+    return replace(cfg.engine, backend="sim", num_engines=1, max_batch_size=MAX_BATCH, max_context_tokens=65536,
+                   sim=sim)
+
+
+def capacity_tokens_per_s(engine) -> float:
+    """The engines' tokens/s with every one at its full batch."""
+    full_step_s = engine.sim.step_base_s + engine.sim.step_per_request_s * engine.max_batch_size
+    return engine.num_engines * engine.max_batch_size / full_step_s
+
+
 def ideal_bound(engine, batch_size: int, max_turns: int) -> dict:
     """Throughput a perfect pipeline reaches on this workload, from its own parameters."""
-    sim = engine.sim
-    full_step_s = sim.step_base_s + sim.step_per_request_s * engine.max_batch_size
-    capacity_tokens_per_s = engine.num_engines * engine.max_batch_size / full_step_s
-    means = workload_means(sim, max_turns)
-    engine_traj_per_s = capacity_tokens_per_s / means["tokens"]
-    return {"engine_tokens_per_s": capacity_tokens_per_s, "mean_tokens_per_traj": means["tokens"],
+    capacity = capacity_tokens_per_s(engine)
+    means = workload_means(engine.sim, max_turns)
+    engine_traj_per_s = capacity / means["tokens"]
+    return {"engine_tokens_per_s": capacity, "mean_tokens_per_traj": means["tokens"],
             "mean_turns_per_traj": means["turns"], "capped_fraction": means["capped_fraction"],
             "engine_traj_per_h": engine_traj_per_s * 3600, "ideal_rollout_s_per_batch": batch_size / engine_traj_per_s}
 
@@ -86,7 +96,7 @@ def measure(cfg: Config) -> dict:
     path = train(cfg)
     rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     warm, size = WARMUP_STEPS[cfg.rollout.mode], WINDOW_STEPS[cfg.rollout.mode]
-    capacity = ideal_bound(cfg.engine, GROUPS * GROUP_SIZE, cfg.rollout.max_turns)["engine_tokens_per_s"]
+    capacity = capacity_tokens_per_s(cfg.engine)
     windows = [_window(rows[i - 1], rows[i:i + size], capacity) for i in range(warm, len(rows) - size + 1, size)]
     return {**_window(rows[warm - 1], rows[warm:], capacity), "dropped_stale": rows[-1]["dropped_stale"],
             "windows": windows}
@@ -122,8 +132,7 @@ def async_vs_sync(cfg: Config, repetitions: int) -> dict:
         for k in STALENESS:
             modes[f"async{k}"] = measure(bench_config(cfg, workload, "async", k, MAX_TURNS, str(work),
                                                       f"{workload}-async{k}", repetitions))
-        engine = bench_config(cfg, workload, "sync", 0, MAX_TURNS, str(work), "bound", repetitions).engine
-        bound = ideal_bound(engine, GROUPS * GROUP_SIZE, MAX_TURNS)
+        bound = ideal_bound(bench_engine(cfg, workload), GROUPS * GROUP_SIZE, MAX_TURNS)
         for m in modes.values():
             m["fraction_of_ideal"] = m["traj_per_h"] / bound["engine_traj_per_h"]
             m["ratio_over_sync"] = m["traj_per_h"] / modes["sync"]["traj_per_h"]

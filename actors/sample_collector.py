@@ -65,8 +65,8 @@ class SampleCollector(WorkSource):
         self._groups: dict[int, _Group] = {}
         self._pending: deque[WorkItem] = deque()
         self._in_flight: dict[tuple[int, int, int], WorkItem] = {}
-        self._worker_of: dict[tuple[int, int, int], str] = {}  # who runs each in-flight item (see abandon)
-        self._started_version: dict[tuple[int, int, int], int] = {}  # the version each in-flight item started at
+        # Who runs each in-flight item (see abandon) and the version it started at (see pacing).
+        self._handed_out: dict[tuple[int, int, int], tuple[str, int]] = {}
         self._trained_keys: set[tuple[int, int, int]] = set()
         self._finished_since_batch: list[Trajectory] = []
         self._stopped = False
@@ -119,14 +119,13 @@ class SampleCollector(WorkSource):
         self.counts["admitted"] += 1
         self.counts["in_flight"] += 1
         self._in_flight[(item.group_id, item.member, item.attempt)] = item
-        self._worker_of[(item.group_id, item.member, item.attempt)] = worker
-        self._started_version[(item.group_id, item.member, item.attempt)] = self.version
+        self._handed_out[(item.group_id, item.member, item.attempt)] = (worker, self.version)
         return item
 
     def abandon(self, worker: str, source: str, reason: str) -> int:
         """The worker died (its process or node): its in-flight work ends as infra_error(source) and
         is re-run like any infra error. Returns how many items it held."""
-        keys = [k for k, w in self._worker_of.items() if w == worker and k in self._in_flight]
+        keys = [k for k, (w, _) in self._handed_out.items() if w == worker and k in self._in_flight]
         for key in keys:
             item = self._in_flight[key]
             self.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
@@ -136,8 +135,7 @@ class SampleCollector(WorkSource):
     # -- results ----------------------------------------------------------------------
     def submit(self, traj: Trajectory) -> None:
         key = (traj.group_id, traj.member, traj.attempt)
-        self._worker_of.pop(key, None)
-        self._started_version.pop(key, None)
+        self._handed_out.pop(key, None)
         if self._in_flight.pop(key, None) is None:
             # A result from before a restart (re-admitted since) or a duplicate: never counted twice.
             raise AccountingError(f"trajectory {key} was not in flight")
@@ -191,7 +189,7 @@ class SampleCollector(WorkSource):
         waits for a member, holds the next batch back instead. (Older work is stale already:
         waiting would not save it.)"""
         edge = self.version - self.cfg.max_staleness
-        if any(started == edge for started in self._started_version.values()):
+        if any(started == edge for _, started in self._handed_out.values()):
             return True
         return any(t.oldest_version == edge for g in self._groups.values() if not g.dead and not g.complete
                    for t in g.members.values())
@@ -286,8 +284,7 @@ class SampleCollector(WorkSource):
         self.counts["in_flight"] -= len(lost)
         self._pending = deque(lost + pending)
         self._in_flight = {}
-        self._worker_of = {}
-        self._started_version = {}
+        self._handed_out = {}
         self.readmitted = state["readmitted"] + len(lost)
         self.accounting()
         return len(lost)
