@@ -56,7 +56,8 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
 def train_on_batch(fleet: Fleet, batch: Batch) -> dict:
     # Tensor-parallel peers share a data-parallel rank and so get the same samples.
     layout = ray.get([t.dp_rank_and_size.remote() for t in fleet.trainers])
-    stats = ray.get([t.train_step.remote(batch.samples[rank::size], batch.temperature, batch.num_loss_tokens)
+    stats = ray.get([t.train_step.remote(batch.samples[rank::size], batch.temperature, batch.num_loss_tokens,
+                                         len(batch.samples))
                      for t, (rank, size) in zip(fleet.trainers, layout)])
     loss_by_dp_rank: dict[int, float] = {}
     for (rank, _), s in zip(layout, stats):

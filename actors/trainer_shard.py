@@ -135,7 +135,11 @@ class TrainerShard:
         return dist.get_rank(group), dist.get_world_size(group)
 
     # -- training ----------------------------------------------------------------------
-    def train_step(self, samples: list[TrainSample], temperature: float, global_loss_tokens: int) -> dict:
+    def train_step(self, samples: list[TrainSample], temperature: float, global_loss_tokens: int,
+                   global_samples: int | None = None) -> dict:
+        """One optimizer step on this shard's share of a batch. The global counts (over every
+        data-parallel shard; default: this share's) are the loss's denominators
+        (trainer.loss_aggregation), so shards' gradients sum to the whole batch's."""
         self._ensure_built()
         started = time.perf_counter()
         stats: dict = {"samples": len(samples)}
@@ -155,6 +159,8 @@ class TrainerShard:
                 clip_eps_low=self.cfg.clip_eps_low, clip_eps_high=self.cfg.clip_eps_high,
                 behavior_logprobs=batch["behavior_logprobs"].to(dev), tis_cap=self.cfg.tis_cap,
                 ref_logprobs=ref, kl_coef=self.cfg.kl_coef, num_tokens=max(global_loss_tokens, 1),
+                aggregation=self.cfg.loss_aggregation,
+                num_sequences=max(global_samples if global_samples is not None else len(samples), 1),
             )
             loss.backward()
             stats.update(loss=loss.item(), **{k: float(v) for k, v in loss_stats.items()})

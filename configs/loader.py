@@ -19,6 +19,7 @@ CHOICES = {
     "engine.sim.tokens_distribution": ("uniform", "pareto"),
     "engine.pause_mode": ("retract", "in_place"),
     "trainer.backend": ("torch", "megatron", "sim"),
+    "trainer.loss_aggregation": ("token_mean", "seq_mean"),
     "rollout.mode": ("async", "sync"),
     "sandbox.backend": ("local", "e2b", "docker"),
     "sandbox.isolation": ("auto", "bwrap", "none"),

@@ -124,6 +124,10 @@ class TrainerConfig:
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.28
     kl_coef: float = 0.0
+    # How per-token losses become the batch loss (policies.losses): "token_mean" (every token
+    # weighs the same; long failing trajectories then push shared tokens down) | "seq_mean"
+    # (every trajectory weighs the same).
+    loss_aggregation: str = "token_mean"
     torch_threads: int = 1
     # Rendezvous address of rank 0; loopback keeps a one-node run off the network.
     master_addr: str = "127.0.0.1"

@@ -12,6 +12,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+AGGREGATIONS = ("token_mean", "seq_mean")
+
 
 def grpo_loss(
     logprobs: torch.Tensor,
@@ -25,11 +27,17 @@ def grpo_loss(
     ref_logprobs: Optional[torch.Tensor] = None,
     kl_coef: float = 0.0,
     num_tokens: Optional[int] = None,
+    aggregation: str = "token_mean",
+    num_sequences: Optional[int] = None,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
     """Return (loss, stats). Shapes: [B, T] per-token tensors, advantages [B].
 
-    The loss is the sum over masked tokens divided by `num_tokens` (the global count,
-    when data-parallel shards each hold part of a batch) or by this mask's token count.
+    aggregation "token_mean": the sum over masked tokens divided by `num_tokens` (the global
+    count, when data-parallel shards each hold part of a batch) or by this mask's token count;
+    every token weighs the same, so long trajectories weigh more. "seq_mean": each row's mean
+    over its own masked tokens, summed and divided by `num_sequences` (global) or by the rows;
+    every trajectory weighs the same, so a group's zero-sum advantages leave tokens that all its
+    members share (the reply format, common commands) with no net push.
     """
     mask = loss_mask.to(logprobs.dtype)
     old_logprobs = old_logprobs.detach()
@@ -54,8 +62,14 @@ def grpo_loss(
     else:
         kl = torch.zeros_like(logprobs)
 
-    denominator = float(num_tokens) if num_tokens is not None else mask.sum().clamp(min=1.0)
-    loss = (per_token * mask).sum() / denominator
+    if aggregation == "token_mean":
+        denominator = float(num_tokens) if num_tokens is not None else mask.sum().clamp(min=1.0)
+        loss = (per_token * mask).sum() / denominator
+    elif aggregation == "seq_mean":
+        per_row = (per_token * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+        loss = per_row.sum() / float(num_sequences if num_sequences is not None else max(len(per_row), 1))
+    else:
+        raise ValueError(f"loss aggregation '{aggregation}'; allowed: {', '.join(AGGREGATIONS)}")
 
     with torch.no_grad():
         local_tokens = mask.sum().clamp(min=1.0)

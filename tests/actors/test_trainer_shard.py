@@ -127,6 +127,24 @@ def test_weight_exports_load_as_hf_models(model_path, tmp_path):
     assert on_disk["path"] == str(tmp_path / "sync") and os.path.isfile(on_disk["path"] + "/config.json")
 
 
+def test_seq_mean_shares_of_a_batch_sum_to_the_whole_batchs_gradient(model_path):
+    """What data-parallel shards rely on: each share divides by the global number of trajectories."""
+    cfg = TrainerConfig(lr=1e-2, max_grad_norm=1e9, loss_aggregation="seq_mean")
+    batch = batch_a()
+    whole = TrainerShard(0, 1, cfg, model_path, seed=0)
+    whole.train_step(batch, 1.0, num_loss_tokens(batch), len(batch))
+    shares = []
+    for rank in range(2):
+        shard = TrainerShard(0, 1, cfg, model_path, seed=0)
+        shard.train_step(batch[rank::2], 1.0, num_loss_tokens(batch), len(batch))
+        shares.append(_grads(shard))
+    for got_0, got_1, want in zip(*shares, _grads(whole)):
+        torch.testing.assert_close(got_0 + got_1, want, rtol=0, atol=1e-6)
+    token_mean = TrainerShard(0, 1, TrainerConfig(lr=1e-2, max_grad_norm=1e9), model_path, seed=0)
+    token_mean.train_step(batch, 1.0, num_loss_tokens(batch), len(batch))
+    assert any(not torch.allclose(a, b) for a, b in zip(_grads(token_mean), _grads(whole)))
+
+
 # -- two ranks, gloo --------------------------------------------------------------------------
 def _grads(shard):
     return [p.grad.detach().clone() for p in shard.backend.parameters()]

@@ -6,6 +6,7 @@ carries absurd values that must not matter.
 """
 import math
 
+import pytest
 import torch
 
 from policies.losses import grpo_loss
@@ -96,3 +97,25 @@ def test_advantage_broadcasts_per_sequence():
     logprobs = torch.zeros(2, 2)
     loss, _ = grpo_loss(logprobs, torch.zeros(2, 2), torch.tensor([1.0, -3.0]), torch.ones(2, 2))
     _close(loss, (-1 - 1 + 3 + 3) / 4)
+
+
+def test_seq_mean_weighs_every_trajectory_the_same():
+    # Row 0 (A = +1) has two tokens, as in the first test: mean (-1.28 - 0.9) / 2. Row 1 (A = -1)
+    # has one token at ratio 1: 1.0. token_mean would give (-1.28 - 0.9 + 1.0) / 3.
+    logprobs = torch.tensor([[math.log(1.5), math.log(0.9), 50.0], [0.0, 7.0, 7.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    advantages = torch.tensor([1.0, -1.0])
+    loss, _ = grpo_loss(logprobs, torch.zeros(2, 3), advantages, mask, aggregation="seq_mean")
+    _close(loss, ((-1.28 - 0.9) / 2 + 1.0) / 2)
+    token, _ = grpo_loss(logprobs, torch.zeros(2, 3), advantages, mask)
+    _close(token, (-1.28 - 0.9 + 1.0) / 3)
+
+
+def test_seq_mean_divides_by_the_global_number_of_sequences():
+    loss, _ = grpo_loss(_logprobs(), OLD, torch.tensor([1.0]), MASK, aggregation="seq_mean", num_sequences=4)
+    _close(loss, (-1.28 - 0.9) / 2 / 4)
+
+
+def test_unknown_aggregation_names_the_choices():
+    with pytest.raises(ValueError, match="allowed: token_mean, seq_mean"):
+        grpo_loss(_logprobs(), OLD, torch.tensor([1.0]), MASK, aggregation="sum")
