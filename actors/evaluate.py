@@ -158,6 +158,14 @@ def predictions(tasks: Sequence, trajectories: Sequence[Trajectory], model_name:
     return rows
 
 
+def attempt_records(trajectories: Sequence[Trajectory]) -> list[dict]:
+    """attempts.jsonl: every attempt's transcript and outcome (infra errors included), to read
+    what a policy does on held-out tasks without re-running it."""
+    keys = ("task_id", "member", "attempt", "outcome", "infra_source", "turns", "error", "messages")
+    return [{**{k: traj.summary()[k] for k in keys}, "model_patch": traj.model_patch}
+            for traj in sorted(trajectories, key=lambda t: (t.task_id, t.member, t.attempt))]
+
+
 def _fmt(value: Optional[float]) -> str:
     return "  n/a" if value is None else f"{100 * value:5.1f}%"
 
@@ -254,5 +262,6 @@ def evaluate(cfg: Config) -> dict:
     }
     write_json(dest / "eval.json", report)
     write_jsonl(dest / "predictions.jsonl", predictions(tasks, trajectories, model_name))
+    write_jsonl(dest / "attempts.jsonl", attempt_records(trajectories))
     report["out_dir"] = str(dest)
     return report

@@ -133,3 +133,6 @@ def test_swerve_eval_end_to_end(ray_session, swerve_cache, tmp_path, capsys):
     assert len(rows) == 2
     assert all(set(r) == {"instance_id", "model_name_or_path", "model_patch"} for r in rows)
     assert {r["instance_id"] for r in rows} == {t["task_id"] for t in report["per_task"]}
+    attempts = [json.loads(line) for line in (tmp_path / "attempts.jsonl").read_text().splitlines()]
+    assert sorted(a["outcome"] for a in attempts) == sorted(o for t in report["per_task"] for o in t["outcomes"])
+    assert all(a["messages"][0]["role"] == "system" and a["turns"] >= 1 for a in attempts)
