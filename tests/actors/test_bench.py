@@ -37,8 +37,8 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(tmp_path)
     # Tiny size: the restart-torture and node-loss scenarios run in their own tests
-    # (test_restart_torture.py, test_faults.py); here the entry point, one fault run and the catalog.
-    monkeypatch.setattr(bench_reliability, "SCENARIOS", ("faults", "bad_inputs"))
+    # (test_restart_torture.py, test_faults.py); here the entry point, the fault runs and the catalog.
+    monkeypatch.setattr(bench_reliability, "SCENARIOS", ("faults", "grader", "bad_inputs"))
     assert main(["bench", "reliability", "--config", str(repo / "tests" / "smoke.yaml"), "--repetitions", "1",
                  f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
                  "rollout.max_tokens_per_turn=16"]) == 0
@@ -46,7 +46,9 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     keys = ("faults_injected", "faults_recovered", "samples_lost", "trained_twice", "bad_inputs_tried",
             "bad_inputs_refused")
     assert all(isinstance(result[k], int) for k in keys), result
-    assert result["scenarios"] == ["faults", "bad_inputs"] and result["bad_inputs_tried"] >= 1
+    assert result["scenarios"] == ["faults", "grader", "bad_inputs"] and result["bad_inputs_tried"] >= 1
+    grader = result["faults_by_kind"]["grader_crash"]
+    assert grader["injected"] >= 1 and grader["sources"] == {"grader": grader["injected"]}
     assert result["samples_lost"] == 0 and result["trained_twice"] == 0
     assert result["faults_recovered"] == result["faults_injected"] >= 1
     assert "| faults injected |" in (tmp_path / "RELIABILITY.md").read_text()
