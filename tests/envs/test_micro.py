@@ -31,6 +31,13 @@ def test_splits_do_not_share_functions():
     assert not names("train") & names("eval")
 
 
+def test_function_names_carry_no_number_in_either_split():
+    # Numbered train names (73% once) taught RL to append a digit to every name it grepped for.
+    for split in ("train", "eval"):
+        names = [n for t in generate(split) for n in re.findall(r"def (\w+)\(", t.files["mod.py"])]
+        assert names and not [n for n in names if re.search(r"\d", n)], split
+
+
 def test_easy_issues_name_the_edit_and_hard_ones_do_not():
     for task in load_tasks("micro", "eval")[:20]:
         fix = parse_gold_patch(task.gold_patch)
