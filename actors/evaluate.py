@@ -162,8 +162,11 @@ def attempt_records(trajectories: Sequence[Trajectory]) -> list[dict]:
     """attempts.jsonl: every attempt's transcript and outcome (infra errors included), to read
     what a policy does on held-out tasks without re-running it."""
     keys = ("task_id", "member", "attempt", "outcome", "infra_source", "turns", "error", "messages")
-    return [{**{k: traj.summary()[k] for k in keys}, "model_patch": traj.model_patch}
-            for traj in sorted(trajectories, key=lambda t: (t.task_id, t.member, t.attempt))]
+    records = []
+    for traj in sorted(trajectories, key=lambda t: (t.task_id, t.member, t.attempt)):
+        summary = traj.summary()
+        records.append({**{k: summary[k] for k in keys}, "model_patch": traj.model_patch})
+    return records
 
 
 def _fmt(value: Optional[float]) -> str:

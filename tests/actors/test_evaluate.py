@@ -7,7 +7,7 @@ from math import comb
 
 import pytest
 
-from actors.evaluate import (EvalQueue, mean_pass_at_k, pass_at_k, predictions, stratified_subset,
+from actors.evaluate import (EvalQueue, attempt_records, mean_pass_at_k, pass_at_k, predictions, stratified_subset,
                              summarize)
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory
@@ -136,3 +136,13 @@ def test_swerve_eval_end_to_end(ray_session, swerve_cache, tmp_path, capsys):
     attempts = [json.loads(line) for line in (tmp_path / "attempts.jsonl").read_text().splitlines()]
     assert sorted(a["outcome"] for a in attempts) == sorted(o for t in report["per_task"] for o in t["outcomes"])
     assert all(a["messages"][0]["role"] == "system" and a["turns"] >= 1 for a in attempts)
+
+
+def test_attempt_records_hold_every_attempt_with_its_transcript_in_order():
+    late = Trajectory(0, 1, 0, "b", 0, "resolved", turns=2, messages=[{"role": "user", "content": "x"}],
+                      model_patch="diff")
+    early = Trajectory(1, 0, 1, "a", 0, "infra_error", infra_source="sandbox", error="lost")
+    records = attempt_records([late, early])
+    assert [(r["task_id"], r["attempt"]) for r in records] == [("a", 1), ("b", 0)]
+    assert records[0]["infra_source"] == "sandbox" and records[0]["error"] == "lost"
+    assert records[1]["messages"] == [{"role": "user", "content": "x"}] and records[1]["model_patch"] == "diff"
