@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass
 
 import ray
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.checkpoint import PAUSE_ENV
@@ -116,10 +117,20 @@ def replace_episode(fleet: Fleet, cfg: Config, i: int, reason: str) -> int:
 
 
 def shutdown(fleet: Fleet, grace_s: float) -> list:
-    """Stop admitting, let running episodes finish (bounded), then end every actor we started."""
+    """Stop admitting, let running episodes finish (bounded), then end every actor we started.
+    An episode actor that died after the last batch (its process or node) is not replaced: what
+    it held ends as infra_error(env), as during the run, so nothing admitted stays in flight."""
     ray.get(fleet.collector.stop.remote())
     done, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=grace_s)
-    results = ray.get(done)
+    results = []
+    for ref in done:
+        try:
+            results.append(ray.get(ref))
+        except RayActorError as err:
+            name = f"episode-{fleet.episode_runs.index(ref)}"
+            held = ray.get(fleet.collector.abandon.remote(name, InfraSource.ENV.value, str(err)))
+            print(f"[swerve] {name} died at the end of the run ({str(err).splitlines()[0][:120]}); "
+                  f"{held} items ended as infra errors", flush=True)
     ray.get([t.close.remote() for t in fleet.trainers])
     return results
 
