@@ -28,8 +28,8 @@ FAULT_RATES = {"sandbox_kill_rate": 0.03, "sandbox_start_fail_rate": 0.1, "llm_e
 # rarely does: the grader run's episodes are a scripted agent's (engine.backend=sim) that runs
 # `true` and submits at turn 1 or 2. Sandbox, grader, collector and trainer are the real ones.
 GRADER_RATES = {"grader_crash_rate": 0.5}
-GRADER_OVERRIDES = ["engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=1",
-                    "engine.sim.submit_turn_max=2", "engine.sim.command=true"]
+GRADER_OVERRIDES = ("engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=1",
+                    "engine.sim.submit_turn_max=2", "engine.sim.command=true")
 
 
 def samples_lost(acc: dict) -> int:
@@ -114,7 +114,7 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
             details["faults"] = fault_run(cfg, work / "faults", steps)
         if "grader" in scenarios:
             (work / "grader").mkdir()
-            details["grader"] = fault_run(cfg, work / "grader", steps, GRADER_RATES, tuple(GRADER_OVERRIDES))
+            details["grader"] = fault_run(cfg, work / "grader", steps, GRADER_RATES, GRADER_OVERRIDES)
         if "restart_torture" in scenarios:
             (work / "torture").mkdir()
             details["restart_torture"] = torture_run(cfg, work / "torture", steps + 2)

@@ -105,10 +105,15 @@ def start_episodes(fleet: Fleet, cfg: Config, tokenizer_path: str) -> None:
     fleet.episode_runs = [e.run.remote() for e in fleet.episodes]
 
 
+def _abandon(fleet: Fleet, i: int, reason: str) -> int:
+    """Episode actor i died: what it held ends as infra_error(env). Returns how many items."""
+    return ray.get(fleet.collector.abandon.remote(f"episode-{i}", InfraSource.ENV.value, reason))
+
+
 def replace_episode(fleet: Fleet, cfg: Config, i: int, reason: str) -> int:
     """Episode actor i died (its process or its node): its in-flight work is re-run as an infra error
     of the env, and a new actor takes its place. Returns how many items it held."""
-    held = ray.get(fleet.collector.abandon.remote(f"episode-{i}", InfraSource.ENV.value, reason))
+    held = _abandon(fleet, i, reason)
     fleet.episode_replacements += 1
     fleet.episodes[i] = _episode(fleet, cfg, i, fleet.episode_replacements)
     fleet.episode_runs[i] = fleet.episodes[i].run.remote()
@@ -127,9 +132,9 @@ def shutdown(fleet: Fleet, grace_s: float) -> list:
         try:
             results.append(ray.get(ref))
         except RayActorError as err:
-            name = f"episode-{fleet.episode_runs.index(ref)}"
-            held = ray.get(fleet.collector.abandon.remote(name, InfraSource.ENV.value, str(err)))
-            print(f"[swerve] {name} died at the end of the run ({str(err).splitlines()[0][:120]}); "
+            i = fleet.episode_runs.index(ref)
+            held = _abandon(fleet, i, str(err))
+            print(f"[swerve] episode-{i} died at the end of the run ({str(err).splitlines()[0][:120]}); "
                   f"{held} items ended as infra errors", flush=True)
     ray.get([t.close.remote() for t in fleet.trainers])
     return results

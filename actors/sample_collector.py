@@ -125,7 +125,7 @@ class SampleCollector(WorkSource):
     def abandon(self, worker: str, source: str, reason: str) -> int:
         """The worker died (its process or node): its in-flight work ends as infra_error(source) and
         is re-run like any infra error. Returns how many items it held."""
-        keys = [k for k, (w, _) in self._handed_out.items() if w == worker and k in self._in_flight]
+        keys = [k for k, (w, _) in self._handed_out.items() if w == worker]  # always in flight
         for key in keys:
             item = self._in_flight[key]
             self.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
