@@ -29,6 +29,19 @@ def _rate(trajs: list[Trajectory], outcome: Outcome) -> float | None:
     return sum(t.outcome == outcome.value for t in trajs) / len(trajs) if trajs else None
 
 
+def entropy_estimate(trajs: list[Trajectory]) -> float | None:
+    """Mean entropy of the policy over generated tokens, estimated without the full distribution:
+    a token drawn from p has E[-log p(token)] = H(p), so the mean negative behaviour log-prob of
+    the sampled tokens is an unbiased estimate (at the rollout temperature, before top-p)."""
+    total, count = 0.0, 0
+    for t in trajs:
+        for logprob, generated in zip(t.logprobs, t.loss_mask):
+            if generated:
+                total -= logprob
+                count += 1
+    return total / count if count else None
+
+
 def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int, window_s: float) -> dict:
     """kept: the trajectories trained in this batch; finished: all returned since the last batch."""
     staleness = [version - t.oldest_version for t in kept]
@@ -50,6 +63,7 @@ def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int
         "tail_fraction": tail_fraction(kept),
         "turns_mean": statistics.fmean(t.turns for t in kept) if kept else None,
         "tokens_mean": statistics.fmean(t.num_generated for t in kept) if kept else None,
+        "entropy_mean": entropy_estimate([t for t in finished if not t.is_infra_error]),
         "sandbox_start_p50_s": statistics.median(starts) if starts else None,
         "rollout_traj_per_hour": len(finished) * 3600.0 / window_s if window_s > 0 else None,
     }

@@ -17,7 +17,8 @@ from actors.metrics_export import MetricsExporter
 from actors.plots import write_plots
 from actors.restart import resume_run, save_run_checkpoint
 from actors.run_dir import RunDir
-from actors.step_report import status_line, step_metrics
+from actors.step_report import status_line, step_metrics, update_metrics
+from actors.trainer_shard import minibatch_totals
 from actors.trajectory import Batch
 from configs import Config
 from envs.validate import trainable_tasks
@@ -53,22 +54,13 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
         time.sleep(cfg.rollout.poll_interval_s)
 
 
-def train_on_batch(fleet: Fleet, batch: Batch) -> dict:
+def train_on_batch(fleet: Fleet, batch: Batch, minibatches: int) -> dict:
     # Tensor-parallel peers share a data-parallel rank and so get the same samples.
     layout = ray.get([t.dp_rank_and_size.remote() for t in fleet.trainers])
-    stats = ray.get([t.train_step.remote(batch.samples[rank::size], batch.temperature, batch.num_loss_tokens,
-                                         len(batch.samples))
+    tokens, rows = minibatch_totals(batch.samples, layout[0][1], minibatches)
+    stats = ray.get([t.train_step.remote(batch.samples[rank::size], batch.temperature, tokens, rows)
                      for t, (rank, size) in zip(fleet.trainers, layout)])
-    loss_by_dp_rank: dict[int, float] = {}
-    for (rank, _), s in zip(layout, stats):
-        loss_by_dp_rank.setdefault(rank, s["loss"])  # each shard's loss is already over the global token count
-    return {
-        "time_actor_update_s": max(s["time_actor_update_s"] for s in stats),
-        "time_logprob_s": max(s["time_logprob_s"] for s in stats),
-        "loss": sum(loss_by_dp_rank.values()),
-        "grad_norm": stats[0]["grad_norm"],
-        "trainer_versions": [s["version"] for s in stats],
-    }
+    return update_metrics(layout, stats)
 
 
 def sync_weights(fleet: Fleet, version: int) -> tuple[list[int], float]:
@@ -105,7 +97,7 @@ def train(cfg: Config) -> Path:
                 fleet.engine_set.inject_kill()  # rollouts are generating now: the kill lands mid-generation
             batch = wait_for_batch(fleet, cfg, exporter)
             time_rollout_wait_s = time.perf_counter() - t_step
-            update = train_on_batch(fleet, batch)
+            update = train_on_batch(fleet, batch, cfg.trainer.minibatches)
             version += 1
             t_sync = time.perf_counter()
             engine_versions, time_export_s = sync_weights(fleet, version)

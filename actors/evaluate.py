@@ -118,7 +118,8 @@ def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int
     for traj in trajectories:
         by_task[traj.task_id].append(traj)
     outcome_mix = collections.Counter({o: 0 for o in OUTCOMES})
-    per_task, counts, strata = [], [], collections.defaultdict(list)
+    per_task, counts = [], []
+    strata, families = collections.defaultdict(list), collections.defaultdict(list)
     for task in tasks:
         trajs = sorted(by_task.get(task.id, []), key=lambda t: t.member)
         outcome_mix.update(t.outcome for t in trajs)
@@ -126,7 +127,9 @@ def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int
         n, c = len(scored), sum(t.outcome == Outcome.RESOLVED.value for t in scored)
         counts.append((n, c))
         strata[task.stratum or ""].append((n, c))
-        per_task.append({"task_id": task.id, "stratum": task.stratum, "n": n, "resolved": c,
+        families[task.family or task.repo].append((n, c))
+        per_task.append({"task_id": task.id, "stratum": task.stratum, "family": task.family or task.repo,
+                         "n": n, "resolved": c,
                          "infra_error": len(trajs) - n, "outcomes": [t.outcome for t in trajs]})
     ks = range(1, attempts + 1)
     scored_total = sum(n for n, _ in counts)
@@ -140,11 +143,18 @@ def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int
         "tasks_scored_for_k": {str(k): sum(n >= k for n, _ in counts) for k in ks},
         "resolved_attempts": sum(c for _, c in counts),
         "outcome_mix": dict(outcome_mix),
-        "per_stratum": {s: {"tasks": len(v), "scored_attempts": sum(n for n, _ in v),
-                            "resolved_attempts": sum(c for _, c in v), "pass@1": mean_pass_at_k(v, 1)}
-                        for s, v in sorted(strata.items())},
+        "per_stratum": _breakdown(strata, attempts),
+        # By kind of bug (the task's family; its repository when the source names none).
+        "per_family": _breakdown(families, attempts),
         "per_task": per_task,
     }
+
+
+def _breakdown(groups: dict[str, list[tuple[int, int]]], attempts: int) -> dict:
+    return {name: {"tasks": len(v), "scored_attempts": sum(n for n, _ in v),
+                   "resolved_attempts": sum(c for _, c in v), "pass@1": mean_pass_at_k(v, 1),
+                   f"pass@{attempts}": mean_pass_at_k(v, attempts)}
+            for name, v in sorted(groups.items())}
 
 
 def predictions(tasks: Sequence, trajectories: Sequence[Trajectory], model_name: str) -> list[dict]:
@@ -177,10 +187,11 @@ def table(report: dict) -> str:
     lines = [f"eval: {report['num_tasks']} tasks x {report['attempts']} attempts "
              f"({report['scored_attempts']} scored, {report['infra_reruns']} infra re-runs)"]
     lines.append("  " + "  ".join(f"pass@{k} {_fmt(v)}" for k, v in report["pass@k"].items()))
-    lines.append(f"  {'stratum':<16}{'tasks':>6}{'scored':>8}{'resolved':>10}{'pass@1':>9}")
-    for name, row in report["per_stratum"].items():
-        lines.append(f"  {name or '-':<16}{row['tasks']:>6}{row['scored_attempts']:>8}"
-                     f"{row['resolved_attempts']:>10}{_fmt(row['pass@1']):>9}")
+    for title, key in (("stratum", "per_stratum"), ("family", "per_family")):
+        lines.append(f"  {title:<16}{'tasks':>6}{'scored':>8}{'resolved':>10}{'pass@1':>9}")
+        for name, row in report[key].items():
+            lines.append(f"  {name or '-':<16}{row['tasks']:>6}{row['scored_attempts']:>8}"
+                         f"{row['resolved_attempts']:>10}{_fmt(row['pass@1']):>9}")
     lines.append("  outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcome_mix"].items()))
     return "\n".join(lines)
 

@@ -19,6 +19,10 @@ METRIC_NAMES = (
     "rollout_traj_per_hour", "tail_fraction", "turns_mean", "tokens_mean", "sandbox_start_p50_s",
     "engine_kv_usage_max", "engine_busy_fraction", "admitted", "in_flight", "buffered", "dropped_stale", "infra_excluded",
     "quarantined", "filtered_uniform",
+    # Is RL learning? (README, "Is it learning?")
+    "entropy_mean", "logprob_mismatch_mean", "mismatch_kl", "behavior_kl", "ratio_mean", "ratio_max",
+    "clip_fraction", "tis_mean", "grad_norm", "lr", "advantage_std", "informative_group_fraction",
+    "train_pass_rate",
 )
 
 

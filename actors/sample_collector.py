@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional, Sequence
 
 from actors.batch_stats import batch_stats
+from actors.task_picker import make_picker
 from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem, WorkSource
 from configs.schema import RolloutConfig
 from envs.outcomes import Outcome
@@ -55,8 +56,9 @@ class SampleCollector(WorkSource):
         self._tasks = list(tasks)
         self._task_ids = list(task_ids)
         self._rng = random.Random(seed)
-        self._order: list[int] = []
-        self._cursor = 0
+        self.picker = make_picker(cfg.task_selection, len(self._tasks), self._rng, cfg.group_size,
+                                  cfg.pass_rate_half_life_versions, cfg.explore_fraction)
+        self._index_of = {task_id: i for i, task_id in enumerate(self._task_ids)}
         self.version = 0
         self.counts = {name: 0 for name in COUNTERS}
         self.groups_admitted = 0
@@ -73,6 +75,11 @@ class SampleCollector(WorkSource):
         self._last_batch_s = time.monotonic()
         self.readmitted = 0
         self.last_batch_stats: dict = {}
+        # Groups that finished since the last batch, and how many of them had mixed rewards.
+        self._groups_finished = 0
+        self._groups_informative = 0
+        # Rewards of the most recent scored trajectories: the policy's running train pass rate.
+        self._recent_rewards: deque[float] = deque(maxlen=cfg.pass_rate_window)
 
     # -- admission ---------------------------------------------------------------------
     def _capacity_groups(self) -> int:
@@ -84,16 +91,9 @@ class SampleCollector(WorkSource):
         return self.groups_admitted - self.groups_filtered
 
     def _next_task_index(self) -> Optional[int]:
-        for _ in range(len(self._tasks) + 1):
-            if self._cursor >= len(self._order):
-                self._order = list(range(len(self._tasks)))
-                self._rng.shuffle(self._order)
-                self._cursor = 0
-            index = self._order[self._cursor]
-            self._cursor += 1
-            if self._task_ids[index] not in self.quarantined_tasks:
-                return index
-        return None
+        quarantined = {self._index_of[t] for t in self.quarantined_tasks if t in self._index_of}
+        busy = {self._index_of[g.task_id] for g in self._groups.values() if not g.dead and not g.complete}
+        return self.picker.pick(self.version, quarantined, busy)
 
     def _admit_group(self) -> bool:
         index = self._next_task_index()
@@ -161,6 +161,12 @@ class SampleCollector(WorkSource):
             return
         group.members[traj.member] = traj
         self.counts["buffered"] += 1
+        self._recent_rewards.append(traj.reward)
+        if group.complete:
+            rewards = [t.reward for t in group.members.values()]
+            self._groups_finished += 1
+            self._groups_informative += int(len(set(rewards)) > 1)
+            self.picker.observe(self._index_of[group.task_id], rewards, self.version)
 
     def _quarantine(self, group: _Group, reason: str) -> None:
         self.quarantined_tasks[group.task_id] = reason
@@ -220,7 +226,7 @@ class SampleCollector(WorkSource):
                 if key in self._trained_keys:
                     raise AccountingError(f"trajectory {key} would be trained twice")
                 self._trained_keys.add(key)
-                samples.append(TrainSample(traj.token_ids, traj.loss_mask, traj.logprobs, advantage))
+                samples.append(TrainSample(traj.token_ids, traj.loss_mask, traj.logprobs, advantage, traj.versions))
                 kept.append(traj)
         finished, self._finished_since_batch = self._finished_since_batch, []
         now = time.monotonic()
@@ -228,7 +234,22 @@ class SampleCollector(WorkSource):
         self._last_batch_s = now
         self.last_batch_stats = stats
         stats["stale_dropped_in_batch"] = len(stale)
+        stats.update(self._learning_stats(samples))
         return Batch(self.version, samples, kept, temperature, stats)
+
+    def _learning_stats(self, samples: list[TrainSample]) -> dict:
+        """What tells a user whether RL is learning (see README, "Is it learning?")."""
+        advantages = [s.advantage for s in samples]
+        mean = sum(advantages) / len(advantages) if advantages else 0.0
+        finished, informative = self._groups_finished, self._groups_informative
+        self._groups_finished = self._groups_informative = 0
+        return {
+            "advantage_std": (sum((a - mean) ** 2 for a in advantages) / len(advantages)) ** 0.5 if advantages else None,
+            "informative_group_fraction": informative / finished if finished else None,
+            "groups_finished": finished,
+            "train_pass_rate": (sum(self._recent_rewards) / len(self._recent_rewards)
+                                if self._recent_rewards else None),
+        }
 
     def _advantages(self, trajs: list[Trajectory]) -> list[float]:
         if not trajs:
@@ -251,7 +272,8 @@ class SampleCollector(WorkSource):
             "version": self.version, "counts": dict(self.counts), "groups_admitted": self.groups_admitted,
             "groups_filtered": self.groups_filtered,
             "quarantined_tasks": dict(self.quarantined_tasks), "rng": self._rng.getstate(),
-            "order": list(self._order), "cursor": self._cursor, "readmitted": self.readmitted,
+            "picker": self.picker.snapshot(), "readmitted": self.readmitted,
+            "recent_rewards": list(self._recent_rewards),
             "groups": [{"group_id": g.group_id, "task_id": g.task_id, "admitted_version": g.admitted_version,
                         "size": g.size, "dead": g.dead, "members": dict(g.members)} for g in self._groups.values()],
             "pending": [item(w) for w in self._pending],
@@ -270,7 +292,9 @@ class SampleCollector(WorkSource):
         self.counts = dict(state["counts"])
         self.quarantined_tasks = dict(state["quarantined_tasks"])
         self._rng.setstate(state["rng"])
-        self._order, self._cursor = list(state["order"]), state["cursor"]
+        # Checkpoints from before task pickers held the uniform order at the top level.
+        self.picker.restore(state.get("picker") or {"order": state["order"], "cursor": state["cursor"]})
+        self._recent_rewards.extend(state.get("recent_rewards", []))
         self._trained_keys = {tuple(k) for k in state["trained_keys"]}
         self._groups = {}
         for g in state["groups"]:
@@ -319,4 +343,5 @@ class SampleCollector(WorkSource):
             "version": self.version,
             "groups_admitted": self.groups_admitted,
             "quarantined_tasks": dict(self.quarantined_tasks),
+            "admission": self.picker.stats(),
         }

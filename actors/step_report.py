@@ -22,6 +22,41 @@ def step_metrics(step: int, version: int, step_time_s: float, batch: Batch, upda
     }
 
 
+def update_metrics(layout: list[tuple[int, int]], stats: list[dict]) -> dict:
+    """One update's trainer metrics from every shard's train_step stats. layout: each shard's
+    (data-parallel rank, size); tensor-parallel peers hold the same samples, so each sum counts
+    one shard per data-parallel rank."""
+    first = {}
+    for (rank, _), s in zip(layout, stats):
+        first.setdefault(rank, s)
+    shards = list(first.values())
+
+    def total(key: str) -> float:
+        return sum(s[key] for s in shards)
+
+    def ratio(num: str, den: str):
+        return total(num) / total(den) if total(den) else None
+
+    measured = [s for s in shards if "ratio_mean" in s]
+    return {
+        "time_actor_update_s": max(s["time_actor_update_s"] for s in stats),
+        "time_logprob_s": max(s["time_logprob_s"] for s in stats),
+        "loss": total("loss"),  # each shard's loss is already over the global token count
+        "grad_norm": stats[0]["grad_norm"],
+        "grad_norm_max": stats[0].get("grad_norm_max", stats[0]["grad_norm"]),
+        "optimizer_steps": stats[0]["optimizer_steps"],
+        "lr": stats[0]["lr"],
+        "trainer_versions": [s["version"] for s in stats],
+        "ratio_mean": sum(s["ratio_mean"] for s in measured) / len(measured) if measured else None,
+        "ratio_max": max(s["ratio_max"] for s in measured) if measured else None,
+        "clip_fraction": sum(s["clip_fraction"] for s in measured) / len(measured) if measured else None,
+        "tis_mean": sum(s["tis_mean"] for s in measured) / len(measured) if measured else None,
+        "logprob_mismatch_mean": ratio("mismatch_abs_sum", "mismatch_tokens"),
+        "mismatch_kl": ratio("mismatch_kl_sum", "mismatch_tokens"),
+        "behavior_kl": ratio("behavior_kl_sum", "behavior_tokens"),
+    }
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 

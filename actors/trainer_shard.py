@@ -7,7 +7,7 @@ Call order (the driver's, over Ray):
     shard.join(addr, port)                                       # every rank: process group, then
                                                                  # backend + optimizer (+ reference)
     shard.load_checkpoint(dir)                                   # optional: resume
-    shard.train_step(samples, temperature, global_loss_tokens)   # per step, every rank
+    shard.train_step(samples, temperature, global_loss_tokens)   # per update, every rank
     shard.export_weights() / hf_state_dict() / save_hf_weights(dir) / broadcast_weights(...)
     shard.save_checkpoint(dir, step, extra)                      # every rank (collective)
     shard.close()
@@ -58,6 +58,8 @@ def pad_samples(samples: list[TrainSample]) -> dict[str, torch.Tensor]:
         "attention_mask": padded([[1] * len(s.token_ids) for s in samples], 0, torch.long),
         "loss_mask": loss_mask,
         "behavior_logprobs": padded([s.behavior_logprobs for s in samples], 0.0, torch.float32),
+        # Policy version of each generated token (-1: unknown or not generated).
+        "versions": padded([s.versions or [-1] * len(s.token_ids) for s in samples], -1, torch.long),
         "advantages": torch.tensor([s.advantage for s in samples], dtype=torch.float32),
     }
 
@@ -135,42 +137,75 @@ class TrainerShard:
         return dist.get_rank(group), dist.get_world_size(group)
 
     # -- training ----------------------------------------------------------------------
-    def train_step(self, samples: list[TrainSample], temperature: float, global_loss_tokens: int,
-                   global_samples: int | None = None) -> dict:
-        """One optimizer step on this shard's share of a batch. The global counts (over every
-        data-parallel shard; default: this share's) are the loss's denominators
-        (trainer.loss_aggregation), so shards' gradients sum to the whole batch's."""
+    def train_step(self, samples: list[TrainSample], temperature: float, global_loss_tokens,
+                   global_samples=None) -> dict:
+        """One update (policy version + 1) from this shard's share of a batch: `trainer.ppo_epochs`
+        passes over it, each in `trainer.minibatches` optimizer steps (`minibatch_split`), all
+        clipped against the proximal log-probs computed once before the first step.
+
+        The global counts (over every data-parallel shard) are each minibatch's loss denominators
+        (trainer.loss_aggregation), so shards' gradients sum to the whole minibatch's: one int per
+        minibatch (a list), or one int when there is one minibatch. Default samples: this share's."""
         self._ensure_built()
         started = time.perf_counter()
+        count = self.cfg.minibatches
+        tokens = _per_minibatch(global_loss_tokens, count, "global_loss_tokens")
+        rows = _per_minibatch(global_samples if global_samples is not None
+                              else [len(m) for m in minibatch_split(samples, count)], count, "global_samples")
         stats: dict = {"samples": len(samples)}
-        self.optimizer.zero_grad(set_to_none=False)
-        if samples:
-            batch = pad_samples(samples)
-            ids, attn = batch["token_ids"], batch["attention_mask"]
-            t0 = time.perf_counter()
-            with torch.no_grad():
+        t0 = time.perf_counter()
+        parts = []  # (padded minibatch, proximal log-probs, reference log-probs) per minibatch
+        with torch.no_grad():
+            for part in minibatch_split(samples, count):
+                if not part:
+                    parts.append(None)
+                    continue
+                batch = pad_samples(part)
+                ids, attn = batch["token_ids"], batch["attention_mask"]
                 proximal = self.backend.sequence_logprobs(ids, attn, temperature)
                 ref = self.reference.sequence_logprobs(ids, attn, temperature) if self.reference else None
-            stats["time_logprob_s"] = time.perf_counter() - t0
-            logprobs = self.backend.sequence_logprobs(ids, attn, temperature)
+                parts.append((batch, proximal, ref))
+        stats["time_logprob_s"] = time.perf_counter() - t0
+        stats.update(_behavior_gap([p for p in parts if p is not None], self.version))
+        self._set_lr()
+        steps: list[dict] = []
+        for _ in range(self.cfg.ppo_epochs):
+            for index, part in enumerate(parts):
+                steps.append(self._optimizer_step(part, temperature, max(tokens[index], 1), max(rows[index], 1)))
+        self.version += 1
+        stats.update(_combine_steps(steps), version=self.version, optimizer_steps=len(steps),
+                     lr=self.optimizer.param_groups[0]["lr"], time_actor_update_s=time.perf_counter() - started)
+        return stats
+
+    def _set_lr(self) -> None:
+        """Linear warm-up over the first trainer.lr_warmup_steps updates (by policy version, so a
+        resumed run continues the schedule where it was)."""
+        warmup = self.cfg.lr_warmup_steps
+        scale = min(1.0, (self.version + 1) / warmup) if warmup > 0 else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * scale
+
+    def _optimizer_step(self, part, temperature: float, num_tokens: int, num_sequences: int) -> dict:
+        """Forward, loss, backward on one minibatch (None: this shard holds none of it, and still
+        joins the gradient all-reduce), then clip and step."""
+        self.optimizer.zero_grad(set_to_none=False)
+        stats: dict = {"loss": 0.0}
+        if part is not None:
+            batch, proximal, ref = part
+            logprobs = self.backend.sequence_logprobs(batch["token_ids"], batch["attention_mask"], temperature)
             dev = logprobs.device
             loss, loss_stats = grpo_loss(
                 logprobs, proximal, batch["advantages"].to(dev), batch["loss_mask"].to(dev),
                 clip_eps_low=self.cfg.clip_eps_low, clip_eps_high=self.cfg.clip_eps_high,
                 behavior_logprobs=batch["behavior_logprobs"].to(dev), tis_cap=self.cfg.tis_cap,
-                ref_logprobs=ref, kl_coef=self.cfg.kl_coef, num_tokens=max(global_loss_tokens, 1),
-                aggregation=self.cfg.loss_aggregation,
-                num_sequences=max(global_samples if global_samples is not None else len(samples), 1),
+                ref_logprobs=ref, kl_coef=self.cfg.kl_coef, num_tokens=num_tokens,
+                aggregation=self.cfg.loss_aggregation, num_sequences=num_sequences,
             )
             loss.backward()
             stats.update(loss=loss.item(), **{k: float(v) for k, v in loss_stats.items()})
-        else:
-            stats.update(time_logprob_s=0.0, loss=0.0)
         self._all_reduce_grads()
-        grad_norm = clip_grad_norm(self.backend, self.cfg.max_grad_norm)
+        stats["grad_norm"] = clip_grad_norm(self.backend, self.cfg.max_grad_norm)
         self.optimizer.step()
-        self.version += 1
-        stats.update(grad_norm=grad_norm, version=self.version, time_actor_update_s=time.perf_counter() - started)
         return stats
 
     def _all_reduce_grads(self) -> None:
@@ -340,3 +375,67 @@ def _all_reduce_flat(grads: list[torch.Tensor], group: dist.ProcessGroup) -> Non
         n = g.numel()
         g.copy_(flat[offset: offset + n].view_as(g))
         offset += n
+
+
+def minibatch_split(items: list, count: int) -> list[list]:
+    """`count` minibatches by position (item i goes to minibatch i % count): every shard splits
+    its share by this rule, so the driver can count each minibatch's global tokens the same way."""
+    if count < 1:
+        raise ValueError(f"trainer.minibatches is {count}; it must be at least 1")
+    return [items[j::count] for j in range(count)]
+
+
+def minibatch_totals(samples: list[TrainSample], dp_size: int, count: int) -> tuple[list[int], list[int]]:
+    """(loss tokens, samples) of each minibatch over all data-parallel shares (share r is
+    samples[r::dp_size]): the denominators `train_step` needs."""
+    tokens, rows = [0] * count, [0] * count
+    for rank in range(dp_size):
+        for j, part in enumerate(minibatch_split(samples[rank::dp_size], count)):
+            tokens[j] += sum(sum(s.loss_mask[1:]) for s in part)
+            rows[j] += len(part)
+    return tokens, rows
+
+
+def _per_minibatch(value, count: int, name: str) -> list[int]:
+    values = [int(value)] if isinstance(value, int) else [int(v) for v in value]
+    if len(values) != count:
+        raise ValueError(f"{name} has {len(values)} entries; trainer.minibatches is {count}")
+    return values
+
+
+def _behavior_gap(parts: list, version: int) -> dict:
+    """How far the trainer's view of the sampled tokens is from the engine's, before any update.
+
+    Sums and counts (the driver adds them over shards): |proximal - behavior| over tokens the
+    engine sampled at the trainer's current version (same weights: any gap is numerics, a
+    temperature mismatch or a weight-sync bug), and the k3 estimate of KL(behavior || proximal)
+    over every generated token (includes the staleness of older tokens)."""
+    out = {"mismatch_abs_sum": 0.0, "mismatch_kl_sum": 0.0, "mismatch_tokens": 0,
+           "behavior_kl_sum": 0.0, "behavior_tokens": 0}
+    for batch, proximal, _ in parts:
+        mask = batch["loss_mask"].to(proximal.device) > 0
+        log_ratio = proximal - batch["behavior_logprobs"].to(proximal.device)
+        k3 = torch.exp(log_ratio) - 1.0 - log_ratio
+        same = mask & (batch["versions"].to(proximal.device) == version)
+        out["mismatch_abs_sum"] += float(log_ratio.abs()[same].sum())
+        out["mismatch_kl_sum"] += float(k3[same].sum())
+        out["mismatch_tokens"] += int(same.sum())
+        out["behavior_kl_sum"] += float(k3[mask].sum())
+        out["behavior_tokens"] += int(mask.sum())
+    return out
+
+
+def _combine_steps(steps: list[dict]) -> dict:
+    """One update's statistics from its optimizer steps: means, and the maxima that matter."""
+    if not steps:
+        return {"loss": 0.0, "grad_norm": 0.0}
+    out = {"loss": sum(s["loss"] for s in steps) / len(steps),
+           "grad_norm": sum(s["grad_norm"] for s in steps) / len(steps),
+           "grad_norm_max": max(s["grad_norm"] for s in steps)}
+    measured = [s for s in steps if "ratio_mean" in s]
+    for key in ("clip_fraction", "ratio_mean", "tis_mean", "kl"):
+        if measured:
+            out[key] = sum(s[key] for s in measured) / len(measured)
+    if measured:
+        out["ratio_max"] = max(s["ratio_max"] for s in measured)
+    return out

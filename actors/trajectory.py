@@ -79,6 +79,8 @@ class TrainSample:
     loss_mask: list[int]
     behavior_logprobs: list[float]
     advantage: float
+    # Policy version that generated each token (the trainer compares log-probs at its own version).
+    versions: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -21,6 +21,7 @@ CHOICES = {
     "trainer.backend": ("torch", "megatron", "sim"),
     "trainer.loss_aggregation": ("token_mean", "seq_mean"),
     "rollout.mode": ("async", "sync"),
+    "rollout.task_selection": ("uniform", "pass_rate"),
     "sandbox.backend": ("local", "e2b", "docker"),
     "sandbox.isolation": ("auto", "bwrap", "none"),
 }
@@ -155,6 +156,9 @@ def validate(cfg: Config) -> None:
         "rollout.groups_per_batch": cfg.rollout.groups_per_batch,
         "rollout.max_turns": cfg.rollout.max_turns,
         "rollout.max_tokens_per_turn": cfg.rollout.max_tokens_per_turn,
+        "rollout.pass_rate_window": cfg.rollout.pass_rate_window,
+        "trainer.ppo_epochs": cfg.trainer.ppo_epochs,
+        "trainer.minibatches": cfg.trainer.minibatches,
     }
     for key, value in positive.items():
         if value < 1:
@@ -175,6 +179,11 @@ def validate(cfg: Config) -> None:
             f"rollout.max_total_tokens ({cfg.rollout.max_total_tokens}); raise engine.max_context_tokens "
             "or lower rollout.max_total_tokens"
         )
+    if not 0.0 <= cfg.rollout.explore_fraction <= 1.0:
+        raise ConfigError(f"config key 'rollout.explore_fraction' is {cfg.rollout.explore_fraction}; allowed: [0, 1]")
+    if cfg.rollout.pass_rate_half_life_versions <= 0:
+        raise ConfigError("config key 'rollout.pass_rate_half_life_versions' is "
+                          f"{cfg.rollout.pass_rate_half_life_versions}; it must be > 0 (e.g. 4)")
     if not 0.0 < cfg.rollout.top_p <= 1.0:
         raise ConfigError(f"config key 'rollout.top_p' is {cfg.rollout.top_p}; allowed: (0, 1]")
     if cfg.rollout.temperature < 0:

@@ -128,6 +128,13 @@ class TrainerConfig:
     # weighs the same; long failing trajectories then push shared tokens down) | "seq_mean"
     # (every trajectory weighs the same).
     loss_aggregation: str = "token_mean"
+    # Passes over each batch, and optimizer steps per pass (the batch split into this many
+    # minibatches). With 1 x 1 the PPO ratio is exactly 1 and clipping never acts; more steps reuse
+    # each expensive rollout, clipped against the log-probs from before the first step.
+    ppo_epochs: int = 1
+    minibatches: int = 1
+    # Linear learning-rate warm-up over the first this many updates (policy versions); 0: none.
+    lr_warmup_steps: int = 0
     torch_threads: int = 1
     # Rendezvous address of rank 0; loopback keeps a one-node run off the network.
     master_addr: str = "127.0.0.1"
@@ -201,6 +208,16 @@ class RolloutConfig:
     # advantage, no learning signal) and admit new ones in their place, so every batch holds
     # `groups_per_batch` groups with mixed rewards. Counted as `filtered_uniform`.
     drop_uniform_groups: bool = False
+    # Which task the collector admits next (actors/task_picker.py): "uniform" (a shuffled pass
+    # over every task) | "pass_rate" (the task whose decayed success estimate is nearest 0.5, so
+    # groups have mixed rewards; unseen tasks keep being explored).
+    task_selection: str = "uniform"
+    # pass_rate: evidence about a task halves in weight every this many policy versions.
+    pass_rate_half_life_versions: float = 4.0
+    # pass_rate: share of admissions that go to a task not seen yet, whatever the estimates say.
+    explore_fraction: float = 0.1
+    # train_pass_rate (metric) is the mean reward of this many most recent scored trajectories.
+    pass_rate_window: int = 128
     # How long an idle episode actor waits before asking the collector again.
     poll_interval_s: float = 0.05
 
@@ -331,6 +348,8 @@ class PipelineConfig:
     trace_tasks: int = 0
     # Expert replies start with a one-line thought before the bash block (costs ~8 tokens a turn).
     expert_thoughts: bool = True
+    # The RL stage trains on the training tasks that got no expert trace (true), or on all of them.
+    rl_on_unseen_tasks: bool = True
     # Stages run by `swerve pipeline`, in order.
     stages: List[str] = field(default_factory=lambda: ["base", "sft", "rl"])
 

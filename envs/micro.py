@@ -259,5 +259,6 @@ def load_micro(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_CAC
             fail_to_pass=micro.fail_to_pass, pass_to_pass=micro.pass_to_pass,
             gold_patch=_gold_patch(micro.files[MODULE], micro.fixed_module), stratum=micro.stratum,
             test_files=((TEST_MODULE, micro.files[TEST_MODULE]), (PYTEST_INI, PYTEST_CONFIG)), split=split, source="micro",
+            family=micro.family,
         ))
     return tasks

@@ -58,6 +58,9 @@ class Task:
     # Shell script that solves the task when the fix is a script, not a diff (Harbor's
     # solution/solve.sh); the sanity gate runs it when gold_patch is empty.
     gold_script: str = ""
+    # The kind of bug (micro and built-in tasks: their generator's family), for per-family
+    # tables; "" when the source does not say (eval then groups by repository).
+    family: str = ""
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ def grpo_loss(
         stats = {
             "clip_fraction": masked_mean((clipped > unclipped).to(mask.dtype)),
             "ratio_mean": masked_mean(ratio),
+            "ratio_max": float(ratio[mask > 0].max()) if bool((mask > 0).any()) else 1.0,
             "kl": masked_mean(kl),
             "tis_mean": masked_mean(tis_weight),
         }

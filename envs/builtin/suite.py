@@ -134,6 +134,7 @@ def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_C
                 test_files=test_files,
                 split=split,
                 source="builtin",
+                family=row.get("family", ""),
             )
         )
     return tasks

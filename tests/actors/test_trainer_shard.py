@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from actors.trainer_shard import TrainerShard, free_port, pad_samples
+from actors.trainer_shard import TrainerShard, free_port, minibatch_split, minibatch_totals, pad_samples
 from actors.trajectory import TrainSample
 from configs.schema import TrainerConfig
 
@@ -299,3 +299,63 @@ def test_megatron_backend_trains_like_torch_and_resumes(model_path, tmp_path):
     for ours, theirs in zip([got[0], got[1], got[3]], want):
         assert abs(ours["loss"] - theirs["loss"]) < 1e-4 and abs(ours["grad_norm"] - theirs["grad_norm"]) < 1e-3
     resumed.close()
+
+
+# -- several optimizer steps per batch ------------------------------------------------------------
+def test_minibatches_and_epochs_take_several_clipped_steps_in_one_update(model_path):
+    cfg = TrainerConfig(lr=5e-2, ppo_epochs=2, minibatches=2, clip_eps_low=0.01, clip_eps_high=0.01)
+    shard = TrainerShard(0, 1, cfg, model_path, seed=0)
+    batch = batch_a()
+    tokens, rows = minibatch_totals(batch, 1, 2)
+    assert rows == [2, 2] and sum(tokens) == num_loss_tokens(batch)
+    stats = shard.train_step(batch, 1.0, tokens, rows)
+    # One update (one version), four optimizer steps; after the first, the policy has moved
+    # away from the proximal one, so the ratio leaves 1 and the tight clip acts.
+    assert stats["version"] == 1 and stats["optimizer_steps"] == 4
+    assert stats["ratio_max"] > 1.01 and stats["clip_fraction"] > 0
+    single = TrainerShard(0, 1, TrainerConfig(lr=5e-2), model_path, seed=0).train_step(
+        batch, 1.0, num_loss_tokens(batch))
+    assert single["optimizer_steps"] == 1 and single["ratio_max"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="trainer.minibatches is 2"):
+        shard.train_step(batch, 1.0, num_loss_tokens(batch))
+
+
+def test_minibatch_shares_sum_to_the_whole_minibatchs_gradient(model_path):
+    """Two data-parallel shares, two minibatches each: the first step's gradients add up."""
+    cfg = TrainerConfig(lr=1e-2, max_grad_norm=1e9, minibatches=2)
+    batch = batch_a() + batch_b()
+    tokens, rows = minibatch_totals(batch, 2, 2)
+    first = {}
+    for name, share in (("whole", batch), ("r0", batch[0::2]), ("r1", batch[1::2])):
+        shard = TrainerShard(0, 1, TrainerConfig(**{**cfg.__dict__, "minibatches": 1}), model_path, seed=0)
+        if name == "whole":
+            # The whole of minibatch 0 is what the two shares' minibatch 0 hold together.
+            part = minibatch_split(batch[0::2], 2)[0] + minibatch_split(batch[1::2], 2)[0]
+            shard.train_step(part, 1.0, tokens[0], rows[0])
+        else:
+            shard.train_step(minibatch_split(share, 2)[0], 1.0, tokens[0], rows[0])
+        first[name] = _grads(shard)
+    for g0, g1, want in zip(first["r0"], first["r1"], first["whole"]):
+        torch.testing.assert_close(g0 + g1, want, rtol=0, atol=1e-6)
+
+
+def test_lr_warms_up_linearly_by_version(model_path):
+    shard = TrainerShard(0, 1, TrainerConfig(lr=1e-3, lr_warmup_steps=4), model_path, seed=0)
+    lrs = [shard.train_step(samples(), 1.0, 5)["lr"] for _ in range(5)]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+
+
+def test_mismatch_compares_only_tokens_sampled_at_the_trainers_version(model_path):
+    from policies.logprobs import sequence_logprobs
+
+    shard = TrainerShard(0, 1, TrainerConfig(lr=1e-3), model_path, seed=0)
+    ids = [1, 5, 9, 12, 7]
+    with torch.no_grad():
+        own = sequence_logprobs(shard.model, torch.tensor([ids]), torch.ones(1, 5, dtype=torch.long))[0].tolist()
+    behavior = [own[0], own[1], own[2] - 0.5, own[3] - 0.5, own[4] + 3.0]
+    sample = TrainSample(ids, [0, 0, 1, 1, 1], behavior, 1.0, versions=[-1, -1, 0, 0, 7])
+    stats = shard.train_step([sample], 1.0, 3)
+    # Tokens 2 and 3 were sampled at version 0 (the trainer's): each is 0.5 off. Token 4 came from
+    # another version and only enters the behaviour KL.
+    assert stats["mismatch_tokens"] == 2 and stats["mismatch_abs_sum"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["behavior_tokens"] == 3 and stats["behavior_kl_sum"] > stats["mismatch_kl_sum"] > 0

@@ -1,0 +1,149 @@
+import random
+
+import pytest
+
+from actors.sample_collector import STOP, SampleCollector
+from actors.task_picker import PassRatePicker, UniformPicker, informative_probability, make_picker
+from actors.trajectory import Trajectory
+from configs.schema import RolloutConfig
+
+
+def picker(num_tasks=4, explore_fraction=0.0, half_life=4.0, seed=0):
+    return PassRatePicker(num_tasks, random.Random(seed), group_size=8, half_life_versions=half_life,
+                          explore_fraction=explore_fraction)
+
+
+def test_informative_probability_peaks_at_one_half():
+    assert informative_probability(0.5, 8) == pytest.approx(1 - 2 * 0.5 ** 8)
+    assert informative_probability(0.0, 8) == 0.0 and informative_probability(1.0, 8) == 0.0
+    assert informative_probability(0.5, 8) > informative_probability(0.3, 8) > informative_probability(0.05, 8)
+
+
+def test_a_task_near_one_half_is_preferred_over_ones_at_zero_and_one():
+    p = picker(num_tasks=3)
+    p.observe(0, [0.0] * 8, version=0)        # never solved
+    p.observe(1, [1.0] * 8, version=0)        # always solved
+    p.observe(2, [1.0] * 4 + [0.0] * 4, version=0)
+    picks = [p.pick(version=v, excluded=(), busy=()) for v in range(1, 6)]
+    assert picks == [2] * 5
+    assert p.stats()["groups_by_pass_rate"] == 5 and p.stats()["groups_explored"] == 0
+
+
+def test_unseen_tasks_are_explored_when_the_seen_ones_carry_no_gradient():
+    p = picker(num_tasks=5)
+    p.observe(0, [0.0] * 8, version=0)
+    p.observe(1, [1.0] * 8, version=0)
+    picks = {p.pick(version=1, excluded=(), busy=()) for _ in range(3)}
+    assert picks <= {2, 3, 4} and len(picks) == 3  # each admission takes a new task
+    assert p.stats()["groups_explored"] == 3
+
+
+def test_explore_fraction_keeps_exploring_even_when_a_good_task_is_known():
+    p = picker(num_tasks=50, explore_fraction=0.5, seed=1)
+    p.observe(0, [1.0] * 4 + [0.0] * 4, version=0)
+    picks = [p.pick(version=v, excluded=(), busy=()) for v in range(1, 41)]
+    explored = sum(i != 0 for i in picks)
+    assert 10 <= explored <= 30 and picks.count(0) >= 10
+
+
+def test_a_task_is_not_admitted_twice_at_one_version_while_others_remain():
+    p = picker(num_tasks=3)
+    for task in range(3):
+        p.observe(task, [1.0] * 4 + [0.0] * 4, version=0)
+    picks = [p.pick(version=1, excluded=(), busy=()) for _ in range(3)]
+    assert sorted(picks) == [0, 1, 2]
+
+
+def test_busy_and_quarantined_tasks_are_skipped():
+    p = picker(num_tasks=3)
+    assert p.pick(version=0, excluded={0}, busy={1}) == 2
+    assert p.pick(version=0, excluded={0, 2}, busy={1}) == 1  # only a busy one left
+    assert p.pick(version=0, excluded={0, 1, 2}, busy=()) is None
+
+
+def test_evidence_decays_with_the_half_life():
+    p = picker(num_tasks=1, half_life=2.0)
+    p.observe(0, [0.0] * 8, version=0)
+    assert p.estimate(0, version=0) == pytest.approx(0.1 / 8.2)
+    # Two versions later the 8 attempts weigh 4: the estimate moves back toward 1/2.
+    assert p.estimate(0, version=2) == pytest.approx(0.1 / 4.2)
+
+
+def test_snapshot_restores_the_estimates():
+    p = picker(num_tasks=4)
+    p.observe(0, [1.0, 0.0] * 4, version=1)
+    p.observe(1, [0.0] * 8, version=2)
+    q = picker(num_tasks=4)
+    q.restore(p.snapshot())
+    assert q.estimate(0, 3) == p.estimate(0, 3) and q.estimate(1, 3) == p.estimate(1, 3)
+    assert q.stats() == p.stats() and q.estimate(2, 3) is None
+
+
+def test_uniform_picker_visits_every_task_once_per_pass():
+    u = make_picker("uniform", 5, random.Random(0), 8, 4.0, 0.1)
+    assert isinstance(u, UniformPicker)
+    assert sorted(u.pick(0, ()) for _ in range(5)) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="uniform, pass_rate"):
+        make_picker("greedy", 5, random.Random(0), 8, 4.0, 0.1)
+
+
+# -- in the collector ---------------------------------------------------------------------------
+def collector(ntasks=6):
+    cfg = RolloutConfig(groups_per_batch=1, group_size=4, max_staleness=0, task_selection="pass_rate",
+                        explore_fraction=0.0, drop_uniform_groups=True)
+    tasks = [f"task-{i}" for i in range(ntasks)]
+    return SampleCollector(cfg, tasks, tasks, seed=0)
+
+
+def run_group(c, solve_rate_of):
+    """Acquire one group's members and finish them with rewards from the task's solve rate."""
+    items = []
+    while len(items) < 4 and (item := c.acquire()) not in (None, STOP):
+        items.append(item)
+    for item in items:
+        solved = item.member < round(4 * solve_rate_of[item.task_id])
+        c.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
+                            outcome="resolved" if solved else "unresolved", reward=float(solved),
+                            token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -0.5],
+                            versions=[-1, item.admitted_version]))
+    return items[0].task_id
+
+
+def test_collector_admits_by_pass_rate_and_the_identity_holds_across_a_restart():
+    rates = {"task-0": 0.0, "task-1": 1.0, "task-2": 0.5, "task-3": 0.0, "task-4": 1.0, "task-5": 1.0}
+    c = collector()
+    seen = []
+    while "task-2" not in seen:  # explores new tasks until one has mixed rewards
+        seen.append(run_group(c, rates))
+        if c.next_batch(1.0) is not None:
+            c.set_version(c.version + 1)
+    assert len(set(seen)) == len(seen)  # no uniform task was admitted twice
+    # From now on the task with mixed rewards is admitted, one group per version.
+    later = []
+    for _ in range(3):
+        later.append(run_group(c, rates))
+        assert c.next_batch(1.0) is not None
+        c.set_version(c.version + 1)
+    assert later == ["task-2"] * 3
+    acc = c.accounting()
+    assert acc["identity_holds"] and acc["trained"] == 4 * 4
+    assert acc["filtered_uniform"] == 4 * (len(seen) - 1)
+    assert acc["admission"]["groups_explored"] == len(seen) and acc["admission"]["groups_by_pass_rate"] == 3
+
+    restored = collector()
+    restored.restore(c.snapshot())
+    assert restored.picker.estimate(2, restored.version) == c.picker.estimate(2, c.version)
+    assert restored.accounting()["admission"] == acc["admission"]
+    assert run_group(restored, rates) == "task-2"
+    assert restored.accounting()["identity_holds"]
+
+
+def test_collector_reports_learning_stats_per_batch():
+    c = collector()
+    run_group(c, {f"task-{i}": 0.5 for i in range(6)})
+    batch = c.next_batch(1.0)
+    assert batch.stats["informative_group_fraction"] == 1.0 and batch.stats["groups_finished"] == 1
+    assert batch.stats["advantage_std"] == pytest.approx(0.5)
+    assert batch.stats["train_pass_rate"] == pytest.approx(0.5)
+    assert batch.stats["entropy_mean"] == pytest.approx(0.5)
+    assert [s.versions for s in batch.samples] == [[-1, 0]] * 4
