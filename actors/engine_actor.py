@@ -64,6 +64,7 @@ def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
                "--context-length", str(cfg.max_context_tokens),
                "--max-running-requests", str(cfg.max_batch_size),
                "--torch-threads", str(cfg.torch_threads),
+               "--prefix-cache-tokens", str(cfg.prefix_cache_tokens),
                "--weight-version", "0"]
     elif cfg.backend == "sglang":
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,

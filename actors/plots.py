@@ -18,7 +18,7 @@ def _series(rows: Sequence[dict], name: str) -> list[float]:
 
 
 def write_plots(rows: Sequence[dict], out_dir: Path) -> list[Path]:
-    """Four PNGs in out_dir; returns their paths. rows: metrics.jsonl objects, one per step."""
+    """Five PNGs in out_dir; returns their paths. rows: metrics.jsonl objects, one per step."""
     out_dir.mkdir(parents=True, exist_ok=True)
     steps = [r["step"] for r in rows]
     paths = []
@@ -60,7 +60,29 @@ def write_plots(rows: Sequence[dict], out_dir: Path) -> list[Path]:
     ax.set(xlabel="step", ylabel="share of finished trajectories", ylim=(0, 1.05), title="Outcome mix")
     ax.legend(fontsize="small")
     paths.append(_save(fig, out_dir / "outcomes.png"))
+    paths.append(_learning_plot(rows, steps, out_dir / "learning.png"))
     return paths
+
+
+# Per optimizer step: is RL learning, and is it sound? (README, "Is it learning?")
+LEARNING_PANELS = (
+    ("train pass rate / informative groups", ("train_pass_rate", "informative_group_fraction")),
+    ("entropy (nats/token)", ("entropy_mean",)),
+    ("trainer vs engine", ("logprob_mismatch_mean", "mismatch_kl", "behavior_kl")),
+    ("PPO", ("ratio_mean", "ratio_max", "clip_fraction")),
+    ("gradients and advantages", ("grad_norm", "advantage_std")),
+)
+
+
+def _learning_plot(rows: Sequence[dict], steps: list, path: Path) -> Path:
+    fig, axes = plt.subplots(len(LEARNING_PANELS), 1, figsize=(6, 2.2 * len(LEARNING_PANELS)), sharex=True)
+    for ax, (title, names) in zip(axes, LEARNING_PANELS):
+        for name in names:
+            ax.plot(steps, _series(rows, name), marker=".", label=name)
+        ax.set_title(title, fontsize="small")
+        ax.legend(fontsize="x-small")
+    axes[-1].set_xlabel("step")
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

@@ -85,6 +85,10 @@ class EngineConfig:
     # cap ends with finish reason "length", so one runaway request cannot starve the others.
     max_context_tokens: int = 4096
     torch_threads: int = 1
+    # backend cpu: KV tokens of finished requests the server keeps so a conversation's next turn
+    # prefills only its new tokens (8 KiB a token for the embedded default's model; 0: off).
+    # SGLang's radix cache does this on its own.
+    prefix_cache_tokens: int = 16384
     # SGLang --mem-fraction-static and --tp-size (backend sglang).
     mem_fraction: float = 0.85
     tp_size: int = 1

@@ -71,6 +71,8 @@ class ServerConfig:
     max_prefill_tokens: Optional[int] = None
     weight_version: str = "0"
     torch_threads: int = 1
+    # KV of finished requests kept for their conversation's next turn (0: no prefix cache).
+    prefix_cache_tokens: int = 0
 
 
 class ServerState:
@@ -86,7 +88,7 @@ class ServerState:
             self.model, max_batch_size=cfg.max_batch_size,
             max_context_tokens=cfg.max_context_tokens, max_total_tokens=cfg.max_total_tokens,
             max_prefill_tokens=cfg.max_prefill_tokens, weight_version=cfg.weight_version,
-            eos_token_ids=_eos_token_ids(self.model),
+            eos_token_ids=_eos_token_ids(self.model), prefix_cache_tokens=cfg.prefix_cache_tokens,
         )
         config = self.model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -393,6 +395,8 @@ def server_info(state: ServerState) -> Dict[str, Any]:
         "prefill_decode_size": stats["waiting"] + stats["running"],
         "token_usage": stats["kv_usage"],
         "num_used_tokens": stats["kv_tokens"],
+        "prefix_cache_tokens": stats["prefix_cache_tokens"],
+        "prefix_cache_hit_tokens": stats["prefix_cache_hit_tokens"],
     }
     return {
         "model_path": cfg.model_path,
@@ -553,6 +557,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         dest="max_prefill_tokens", type=int, default=None)
     parser.add_argument("--weight-version", default="0")
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--prefix-cache-tokens", type=int, default=0,
+                        help="KV tokens of finished requests kept for the next turn (0: off; "
+                             "SGLang's radix cache plays this part)")
     parser.add_argument("--log-level", default="warning")
     return parser
 
@@ -564,7 +571,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         serve(args.model_path, host=args.host, port=args.port, max_batch_size=args.max_batch_size,
               max_context_tokens=args.max_context_tokens, max_total_tokens=args.max_total_tokens,
               max_prefill_tokens=args.max_prefill_tokens, weight_version=args.weight_version,
-              torch_threads=args.torch_threads)
+              torch_threads=args.torch_threads, prefix_cache_tokens=args.prefix_cache_tokens)
     except (PortInUse, FileNotFoundError) as error:
         # Bad input, not a bug: one line that names the fix instead of a traceback.
         print(f"swerve cpu server: error: {error}", file=sys.stderr, flush=True)

@@ -40,6 +40,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from policies.sampler import _cache_kwarg, make_generator, sample_token
 from policies.server import protocol
+from policies.server.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class Scheduler:
         max_prefill_tokens: Optional[int] = None,
         weight_version: str = "0",
         eos_token_ids: Iterable[int] = (),
+        prefix_cache_tokens: int = 0,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -103,6 +105,8 @@ class Scheduler:
         self._device = model.get_input_embeddings().weight.device
         self._pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
         self._cache_kwarg = _cache_kwarg(model)
+        # KV of finished requests for the next turn of their conversation (0 tokens: off).
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
 
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -189,9 +193,14 @@ class Scheduler:
         return self.call(self._resume)
 
     def flush_cache(self) -> concurrent.futures.Future:
-        """True when idle (nothing to flush: there is no prefix cache), False when requests
-        are running or waiting (SGLang refuses to flush then, and so do we)."""
-        return self.call(lambda: not self._running and not self._waiting)
+        """Empty the prefix cache and return True when idle; False when requests are running or
+        waiting (SGLang refuses to flush then, and so do we)."""
+        def flush() -> bool:
+            if self._running or self._waiting:
+                return False
+            self.prefix_cache.clear()
+            return True
+        return self.call(flush)
 
     def update_weights(self, state_dict: Dict[str, torch.Tensor], weight_version: Optional[str],
                        abort_all_requests: bool = False) -> concurrent.futures.Future:
@@ -226,6 +235,9 @@ class Scheduler:
             "total_finished_requests": self.total_finished_requests,
             "weight_version": self.weight_version,
             "alive": self._thread.is_alive(),
+            "prefix_cache_tokens": self.prefix_cache.tokens,
+            "prefix_cache_hits": self.prefix_cache.hits,
+            "prefix_cache_hit_tokens": self.prefix_cache.hit_tokens,
         }
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -316,25 +328,65 @@ class Scheduler:
         if not todo:
             return
         sequences = [r.prompt_ids + r.output_ids for r in todo]
-        width = max(len(s) for s in sequences)
+        cached = [self.prefix_cache.match(seq) if self.prefix_cache.max_tokens else (0, None)
+                  for seq in sequences]
+        cache, past_mask = self._past_kv(cached)
+        # Each row: [left padding | its cached prefix | left padding | the tokens to prefill].
+        fresh = [seq[n:] for seq, (n, _) in zip(sequences, cached)]
+        width = max(len(s) for s in fresh)
         rows = len(todo)
         input_ids = torch.full((rows, width), self._pad_id, dtype=torch.long, device=self._device)
-        mask = torch.zeros((rows, width), dtype=torch.long, device=self._device)
-        for row, seq in enumerate(sequences):
+        new_mask = torch.zeros((rows, width), dtype=torch.long, device=self._device)
+        position_ids = torch.zeros((rows, width), dtype=torch.long, device=self._device)
+        for row, (seq, (n, _)) in enumerate(zip(fresh, cached)):
             input_ids[row, width - len(seq):] = torch.tensor(seq, device=self._device)
-            mask[row, width - len(seq):] = 1
-        position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
+            new_mask[row, width - len(seq):] = 1
+            position_ids[row, width - len(seq):] = torch.arange(n, n + len(seq), device=self._device)
+        mask = torch.cat([past_mask, new_mask], dim=1)
         logits = self.model(
             input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
             use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache},
         ).logits[:, -1].float()
         for row, request in enumerate(todo):
             request._kv_len = len(sequences[row])
-        keep = self._sample_rows(todo, logits)
+        keep = self._sample_rows(todo, logits, cache, mask)
         # Their KV joins the batch; rows finished by their first token never join.
         if keep:
             self._merge(todo, keep, cache, mask)
+
+    def _past_kv(self, cached: List[Tuple[int, Any]]) -> Tuple[DynamicCache, torch.Tensor]:
+        """A batch cache holding each row's cached prefix, left-padded to the longest, and its
+        [rows, width] mask (width 0 when nothing was cached)."""
+        cache = DynamicCache(config=self.model.config)
+        width = max(n for n, _ in cached)
+        mask = torch.zeros((len(cached), width), dtype=torch.long, device=self._device)
+        if width == 0:
+            return cache, mask
+        for row, (n, _) in enumerate(cached):
+            mask[row, width - n:] = 1
+        sample = next(layers for n, layers in cached if n)
+        for index, (k0, v0) in enumerate(sample):
+            keys = k0.new_zeros((len(cached), k0.shape[0], width, k0.shape[2]))
+            values = v0.new_zeros((len(cached), v0.shape[0], width, v0.shape[2]))
+            for row, (n, layers) in enumerate(cached):
+                if n:
+                    keys[row, :, width - n:] = layers[index][0]
+                    values[row, :, width - n:] = layers[index][1]
+            cache.update(keys, values, index)
+        return cache, mask
+
+    def _keep_prefix(self, request: Request, row: int, reason: Dict[str, Any], cache: Optional[DynamicCache],
+                     mask: Optional[torch.Tensor]) -> None:
+        """A request that finished on its own leaves its KV for its conversation's next turn."""
+        if cache is None or mask is None or not self.prefix_cache.max_tokens:
+            return
+        if reason.get("type") == protocol.FINISH_ABORT:
+            return
+        columns = mask[row].bool()
+        layers = [(layer.keys[row][:, columns], layer.values[row][:, columns]) for layer in cache.layers]
+        tokens = (request.prompt_ids + request.output_ids)[: request._kv_len]
+        if layers and layers[0][0].shape[1] == len(tokens):
+            self.prefix_cache.put(tokens, layers)
 
     def _merge(self, rows: List[Request], keep: List[int], cache: DynamicCache,
                mask: torch.Tensor) -> None:
@@ -369,12 +421,14 @@ class Scheduler:
         ).logits[:, -1].float()
         for r in rows:
             r._kv_len += 1
-        keep = self._sample_rows(rows, logits)
+        keep = self._sample_rows(rows, logits, self._cache, self._mask)
         if len(keep) < len(rows):
             self._remove_rows(keep)
 
-    def _sample_rows(self, rows: List[Request], logits: torch.Tensor) -> List[int]:
-        """Sample one token per row; finish rows that stop. Returns the rows to keep."""
+    def _sample_rows(self, rows: List[Request], logits: torch.Tensor, cache: Optional[DynamicCache] = None,
+                     mask: Optional[torch.Tensor] = None) -> List[int]:
+        """Sample one token per row; finish rows that stop (keeping their KV in the prefix cache
+        when `cache` / `mask` hold it). Returns the rows to keep."""
         version = protocol.version_tag(self.weight_version)
         keep = []
         picks = self._pick_tokens(rows, logits)
@@ -387,6 +441,7 @@ class Scheduler:
             if reason is None:
                 keep.append(i)
             else:
+                self._keep_prefix(request, i, reason, cache, mask)  # before the caller hears it is done
                 self._finish(request, reason)
         self._count_tokens(len(rows))
         return keep
@@ -523,6 +578,7 @@ class Scheduler:
         with torch.no_grad():
             for name, tensor in state_dict.items():
                 params[name].copy_(tensor.to(params[name].dtype))
+        self.prefix_cache.clear()  # its KV came from the old weights
         loaded = {id(params[k]) for k in state_dict}
         missing = [k for k, v in params.items() if id(v) not in loaded]
         if weight_version is not None:
