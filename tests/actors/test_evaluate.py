@@ -33,6 +33,8 @@ def test_pass_at_k_is_the_unbiased_estimator():
 class FakeTask:
     id: str
     stratum: str
+    family: str = ""
+    repo: str = "repo-a"
 
 
 def _tasks():
@@ -60,7 +62,7 @@ def _traj(task_id, member, outcome, attempt=0, patch=""):
 
 
 def test_queue_reruns_infra_errors_and_summary_never_scores_them():
-    tasks = [FakeTask("t1", "easy"), FakeTask("t2", "hard")]
+    tasks = [FakeTask("t1", "easy", family="compare"), FakeTask("t2", "hard")]
     queue = EvalQueue(tasks, attempts=2, max_infra_retries=1, seed=0)
     items = [queue.acquire("w") for _ in range(4)]
     assert queue.acquire("w") is None  # all handed out, none finished
@@ -84,6 +86,10 @@ def test_queue_reruns_infra_errors_and_summary_never_scores_them():
     assert report["pass@k"]["2"] == pytest.approx(1.0)  # only t1 has 2 scored attempts
     assert report["tasks_scored_for_k"] == {"1": 2, "2": 1}
     assert report["per_stratum"]["hard"]["scored_attempts"] == 1
+    # By family; a task whose source names none is grouped by its repository.
+    assert report["per_family"]["compare"] == {"tasks": 1, "scored_attempts": 2, "resolved_attempts": 2,
+                                               "pass@1": 1.0, "pass@2": 1.0}
+    assert report["per_family"]["repo-a"]["pass@1"] == 0.0 and report["per_family"]["repo-a"]["pass@2"] is None
     rows = predictions(tasks, queue.results(), "m")
     assert rows[0] == {"instance_id": "t1", "model_name_or_path": "m", "model_patch": "p-t1"}
 
