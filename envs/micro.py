@@ -24,7 +24,7 @@ from typing import Callable, List, Sequence
 from envs.builtin.suite import DEFAULT_CACHE_DIR, TEST_COMMAND, materialize
 from envs.tasks import Task
 
-SPLIT_SIZES = {"train": 600, "eval": 100}
+SPLIT_SIZES = {"train": 300, "eval": 100}
 SPLIT_SEEDS = {"train": 1, "eval": 2}
 EASY_FRACTION = 0.75
 MODULE, TEST_MODULE, PYTEST_INI = "mod.py", "test_mod.py", "pytest.ini"
