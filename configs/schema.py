@@ -352,6 +352,8 @@ class PipelineConfig:
     trace_tasks: int = 0
     # Expert replies start with a one-line thought before the bash block (costs ~8 tokens a turn).
     expert_thoughts: bool = True
+    # Processes that play expert traces (each runs real commands in a sandbox); 0 = one per CPU.
+    trace_workers: int = 0
     # The RL stage trains on the training tasks that got no expert trace (true), or on all of them.
     rl_on_unseen_tasks: bool = True
     # Stages run by `swerve pipeline`, in order.

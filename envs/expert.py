@@ -336,16 +336,40 @@ def default_system_prompt() -> str:
     return EnvConfig().system_prompt
 
 
+def _task_traces(job: tuple) -> tuple[list[dict], int]:
+    """One task's traces (rows to write) and how many failed: runs in a worker process with its
+    own env, so tasks are solved in parallel. Each task draws from its own seeded RNG, so the
+    traces are the same whatever the number of workers."""
+    task, n_per_task, seed, system_prompt, recoverable, rate, think, env_kwargs = job
+    rng = random.Random(f"{seed}/{task.id}")
+    env = gymnasium.make("swerve/SWE-v0", **env_kwargs)
+    rows, failed = [], 0
+    try:
+        for _ in range(n_per_task):
+            recovery = recoverable and rng.random() < rate
+            try:
+                trace = solve(env, task, rng, recovery, system_prompt, think)
+            except ValueError:
+                trace = None
+            if trace is None:
+                failed += 1
+                continue
+            rows.append({"messages": trace.messages, "resolved": True, "task_id": task.id,
+                         "recovery": trace.recovery, "turns": trace.turns})
+    finally:
+        env.close()
+    return rows, failed
+
+
 def write_traces(out_file: str, tasks: Optional[Sequence[Task]] = None, n_per_task: int = 2,
                  seed: int = 0, system_prompt: Optional[str] = None,
                  recovery_rate: float = DEFAULT_RECOVERY_RATE, think: bool = True,
-                 env_kwargs: Optional[dict] = None) -> dict:
-    """Write resolved expert traces (JSONL `messages` rows) for every task; returns counts."""
+                 env_kwargs: Optional[dict] = None, workers: int = 1) -> dict:
+    """Write resolved expert traces (JSONL `messages` rows) for every task; returns counts.
+    `workers` > 1 plays tasks in that many processes (each trace runs real commands)."""
     started = time.monotonic()
     tasks = list(load_tasks("builtin", "train") if tasks is None else tasks)
     system_prompt = default_system_prompt() if system_prompt is None else system_prompt
-    rng = random.Random(seed)
-    env = gymnasium.make("swerve/SWE-v0", **(env_kwargs or {}))
     counts = {"tasks": len(tasks), "traces": 0, "resolved": 0, "with_recovery": 0,
               "failed": 0, "mean_turns": 0.0, "seconds": 0.0}
     turns = 0
@@ -354,27 +378,26 @@ def write_traces(out_file: str, tasks: Optional[Sequence[Task]] = None, n_per_ta
     recoverable = {task.id for task in tasks if _has_wrong_edit(task)}
     # Tasks without a plausible wrong edit get none, so the others get more to meet the rate.
     rate = min(1.0, recovery_rate * len(tasks) / len(recoverable)) if recoverable else 0.0
-    try:
-        with open(out_file, "w") as handle:
-            for task in tasks:
-                for _ in range(n_per_task):
-                    recovery = task.id in recoverable and rng.random() < rate
-                    try:
-                        trace = solve(env, task, rng, recovery, system_prompt, think)
-                    except ValueError:
-                        trace = None
-                    if trace is None:
-                        counts["failed"] += 1
-                        continue
-                    row = {"messages": trace.messages, "resolved": True, "task_id": task.id,
-                           "recovery": trace.recovery}
-                    handle.write(json.dumps(row) + "\n")
-                    counts["traces"] += 1
-                    counts["resolved"] += 1
-                    counts["with_recovery"] += int(trace.recovery)
-                    turns += trace.turns
-    finally:
-        env.close()
+    jobs = [(task, n_per_task, seed, system_prompt, task.id in recoverable, rate, think, dict(env_kwargs or {}))
+            for task in tasks]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: the caller may hold threads (Ray) that a forked child must not inherit.
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_task_traces, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+    else:
+        results = [_task_traces(job) for job in jobs]
+    with open(out_file, "w") as handle:
+        for rows, failed in results:
+            counts["failed"] += failed
+            for row in rows:
+                turns += row.pop("turns")
+                handle.write(json.dumps(row) + "\n")
+                counts["traces"] += 1
+                counts["resolved"] += 1
+                counts["with_recovery"] += int(row["recovery"])
     counts["mean_turns"] = round(turns / counts["traces"], 2) if counts["traces"] else 0.0
     counts["seconds"] = round(time.monotonic() - started, 2)
     return counts
@@ -394,6 +417,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--ids", nargs="*", default=[], help="task ids (default: all of the split)")
     parser.add_argument("--recovery-rate", type=float, default=DEFAULT_RECOVERY_RATE)
     parser.add_argument("--no-think", action="store_true", help="replies without a reasoning line")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes playing traces")
     parser.add_argument("--max-observation-chars", type=int, default=0,
                         help="env observation cap (0: the env's default)")
     args = parser.parse_args(argv)
@@ -403,7 +427,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         env_kwargs["max_observation_chars"] = args.max_observation_chars
     counts = write_traces(args.out, tasks, args.n_per_task, args.seed,
                           recovery_rate=args.recovery_rate, think=not args.no_think,
-                          env_kwargs=env_kwargs)
+                          env_kwargs=env_kwargs, workers=args.workers)
     print(json.dumps(counts))
     return 0 if counts["traces"] else 1
 
