@@ -27,6 +27,10 @@ CHOICES = {
 }
 
 
+# A YAML file's top-level `base: other.yaml` applies that file first.
+BASE_KEY = "base"
+
+
 class ConfigError(ValueError):
     """A config that cannot run; the message names the key and what is allowed."""
 
@@ -87,20 +91,32 @@ def _unknown_key_error(key: str) -> ConfigError:
     return ConfigError(f"unknown config key '{key}'{hint}")
 
 
+def _yaml_layers(path: str, seen: tuple = ()) -> list:
+    """The file's overrides, after those of the file its top-level `base:` names (relative to it),
+    so a recipe states only how it differs from another."""
+    if not Path(path).is_file():
+        raise ConfigError(f"config file '{path}' does not exist (pass --config PATH to a YAML file)")
+    resolved = str(Path(path).resolve())
+    if resolved in seen:
+        raise ConfigError(f"config file '{path}' names itself as a base (through 'base:'): remove the cycle")
+    try:
+        layer = OmegaConf.load(path)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file '{path}' is not valid YAML ({err}); fix the syntax at the line named") from err
+    if not isinstance(layer, DictConfig):
+        raise ConfigError(f"config file '{path}' holds a {type(layer).__name__}, not a mapping of sections "
+                          "(e.g. 'engine:\n  num_engines: 2')")
+    if BASE_KEY not in layer:
+        return [layer]
+    base = layer.pop(BASE_KEY)
+    if not isinstance(base, str):
+        raise ConfigError(f"config file '{path}': '{BASE_KEY}' must name a YAML file (e.g. base: default.yaml)")
+    return _yaml_layers(str(Path(path).parent / base), (*seen, resolved)) + [layer]
+
+
 def load_config(path: str | None = None, overrides: Iterable[str] = ()) -> Config:
     base = OmegaConf.structured(Config)
-    layers = []
-    if path:
-        if not Path(path).is_file():
-            raise ConfigError(f"config file '{path}' does not exist (pass --config PATH to a YAML file)")
-        try:
-            layer = OmegaConf.load(path)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file '{path}' is not valid YAML ({err}); fix the syntax at the line named") from err
-        if not isinstance(layer, DictConfig):
-            raise ConfigError(f"config file '{path}' holds a {type(layer).__name__}, not a mapping of sections "
-                              "(e.g. 'engine:\n  num_engines: 2')")
-        layers.append(layer)
+    layers = _yaml_layers(path) if path else []
     dotlist = list(overrides)
     for item in dotlist:
         if "=" not in item:

@@ -134,3 +134,23 @@ def test_expected_type_is_described_for_nested_and_free_form_keys():
     assert _describe(_leaf_type("tasks.ids")) == "a list of strings"
     # A key inside env.kwargs has no declared type; describing it must not raise.
     assert _describe(_leaf_type("env.kwargs.depth.x")) == "the type configs/schema.py declares"
+
+
+def test_a_yaml_file_states_only_how_it_differs_from_its_base(tmp_path):
+    (tmp_path / "parent.yaml").write_text("trainer:\n  total_steps: 7\n  lr: 0.5\nrun:\n  name: parent\n")
+    (tmp_path / "child.yaml").write_text("base: parent.yaml\ntrainer:\n  total_steps: 9\n")
+    cfg = load_config(str(tmp_path / "child.yaml"), ["run.seed=3"])
+    assert (cfg.trainer.total_steps, cfg.trainer.lr, cfg.run.name, cfg.run.seed) == (9, 0.5, "parent", 3)
+
+
+def test_a_base_cycle_or_a_bad_base_is_refused(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(str(tmp_path / "a.yaml"))
+    (tmp_path / "c.yaml").write_text("base: [a.yaml]\n")
+    with pytest.raises(ConfigError, match="must name a YAML file"):
+        load_config(str(tmp_path / "c.yaml"))
+    (tmp_path / "d.yaml").write_text("base: missing.yaml\n")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "d.yaml"))

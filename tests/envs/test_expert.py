@@ -94,3 +94,19 @@ def test_main_writes_traces(tmp_path, capsys):
     assert counts["traces"] == 1
     row = json.loads(out.read_text())
     assert row["messages"][2]["content"].startswith("```bash\n")
+
+
+def test_parallel_workers_play_the_same_traces(traces, tmp_path):
+    """Each task draws from its own seeded RNG, so two processes write what one does (the
+    observations differ only in pytest's timings)."""
+    _, rows, _ = traces
+    out = tmp_path / "parallel.jsonl"
+    counts = write_traces(str(out), load_tasks("builtin", "train", TASK_IDS), n_per_task=2, seed=0,
+                          recovery_rate=0.5, env_kwargs={"sandbox": {"workdir_root": str(tmp_path)}}, workers=2)
+    parallel = [json.loads(line) for line in out.read_text().splitlines()]
+    assert counts["traces"] == len(rows)
+
+    def replies(rs):
+        return [(r["task_id"], r["recovery"], [m["content"] for m in r["messages"] if m["role"] == "assistant"])
+                for r in rs]
+    assert replies(parallel) == replies(rows)
