@@ -110,7 +110,7 @@ def _summarize(cfg: Config, root: Path, reports: dict[str, dict]) -> dict:
         "stages": stages,
     }
     write_json(root / "summary.json", summary)
-    _plot(reports, intervals, root / "learning_curve.png")
+    _plot(reports, intervals, deltas, root / "learning_curve.png")
     print(summary_table(summary))
     return summary
 
@@ -136,7 +136,7 @@ def summary_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _plot(reports: dict[str, dict], intervals: dict[str, dict], path: Path) -> None:
+def _plot(reports: dict[str, dict], intervals: dict[str, dict], deltas: dict[str, dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,6 +151,10 @@ def _plot(reports: dict[str, dict], intervals: dict[str, dict], path: Path) -> N
     k = max(int(key) for key in reports[stages[0]]["pass@k"])
     ax.plot(stages, [reports[s]["pass@k"][str(k)] for s in stages], marker="s", linestyle="--",
             label=f"pass@{k}")
+    for i, (before, after) in enumerate(zip(stages, stages[1:])):
+        d = deltas[f"{after}_minus_{before}"]
+        ax.annotate(f"{100 * d['delta']:+.1f}\n[{100 * d['ci95_low']:+.1f}, {100 * d['ci95_high']:+.1f}]",
+                    ((i + i + 1) / 2, (values[i] + values[i + 1]) / 2 + 0.08), ha="center", fontsize="x-small")
     ax.set(xlabel="stage", ylabel="held-out pass rate", ylim=(0, 1),
            title=f"Learning curve ({reports[stages[-1]]['num_tasks']} held-out tasks)")
     ax.legend(fontsize="small")
