@@ -25,8 +25,12 @@ def tail_fraction(trajs: list[Trajectory]) -> float | None:
     return (ends[-1] - t90) / span
 
 
+def _share(trajs: list[Trajectory], predicate) -> float | None:
+    return sum(bool(predicate(t)) for t in trajs) / len(trajs) if trajs else None
+
+
 def _rate(trajs: list[Trajectory], outcome: Outcome) -> float | None:
-    return sum(t.outcome == outcome.value for t in trajs) / len(trajs) if trajs else None
+    return _share(trajs, lambda t: t.outcome == outcome.value)
 
 
 def entropy_estimate(trajs: list[Trajectory]) -> float | None:
@@ -57,6 +61,8 @@ def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int
         "format_error_rate": _rate(finished, Outcome.FORMAT_ERROR),
         "infra_error_rate": _rate(finished, Outcome.INFRA_ERROR),
         "infra_error_by_source": by_source,
+        # Share of the scored attempts that changed a protected path (reward hacking tried).
+        "tamper_rate": _share([t for t in finished if not t.is_infra_error], lambda t: bool(t.tampered)),
         "staleness_mean": statistics.fmean(staleness) if staleness else None,
         "staleness_max": max(staleness) if staleness else None,
         "staleness_hist": {str(k): staleness.count(k) for k in sorted(set(staleness))},

@@ -20,7 +20,7 @@ from configs import Config, load_config, to_yaml
 REPORT = Path("RELIABILITY.md")
 REPO = Path(__file__).resolve().parents[1]
 NODE_LOSS_SCRIPT = REPO / "tests" / "actors" / "scripts" / "node_loss_run.py"
-SCENARIOS = ("faults", "grader", "restart_torture", "node_loss", "bad_inputs")
+SCENARIOS = ("faults", "grader", "restart_torture", "node_loss", "bad_inputs", "tamper")
 # Fault rates of the fault-injection run: high enough that every kind fires in a few steps.
 FAULT_RATES = {"sandbox_kill_rate": 0.03, "sandbox_start_fail_rate": 0.1, "llm_error_rate": 0.05,
                "engine_kill_rate": 1.0, "grader_crash_rate": 0.5}
@@ -30,6 +30,26 @@ FAULT_RATES = {"sandbox_kill_rate": 0.03, "sandbox_start_fail_rate": 0.1, "llm_e
 GRADER_RATES = {"grader_crash_rate": 0.5}
 GRADER_OVERRIDES = ("engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=1",
                     "engine.sim.submit_turn_max=2", "engine.sim.command=true")
+
+
+def tamper_run(cfg: Config, work: Path, steps: int) -> dict:
+    """The tamper catalogue (actors/tamper_catalogue.py) played once, and an RL run whose scripted
+    agent plants a report-rewriting conftest.py at every turn: no reward may come of either."""
+    from actors.driver import train
+    from actors.launch import init_ray
+    from actors.tamper_catalogue import SIM_TAMPER_COMMAND, play_catalogue
+
+    (work / "catalogue").mkdir()
+    report = play_catalogue(str(work / "catalogue"))
+    # Every episode tampers at turn 1 and submits at turn 2.
+    overrides = ["engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=2",
+                 "engine.sim.submit_turn_max=2", f"engine.sim.command={SIM_TAMPER_COMMAND}"]
+    run_cfg = _config(cfg, work, [f"run.dir={work}", "run.name=rl", f"trainer.total_steps={steps}", *overrides])
+    init_ray(run_cfg)
+    rows = [json.loads(line) for line in (train(run_cfg) / "metrics.jsonl").read_text().splitlines()]
+    report["rl_tamper_rate"] = min(r["tamper_rate"] or 0.0 for r in rows)
+    report["rl_reward_max"] = max(r["reward_mean"] or 0.0 for r in rows)
+    return report
 
 
 def samples_lost(acc: dict) -> int:
@@ -126,6 +146,9 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
 
             (work / "bad").mkdir()
             details["bad_inputs"] = run_all(work / "bad")
+        if "tamper" in scenarios:
+            (work / "tamper").mkdir()
+            details["tamper"] = tamper_run(cfg, work / "tamper", steps)
     faults = _episode_faults(details)
     if "restart_torture" in details:
         faults["driver_sigkill"] = {k: details["restart_torture"][k] for k in ("injected", "recovered")}
@@ -134,11 +157,15 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
     injected = sum(e["injected"] for e in faults.values())
     recovered = sum(e["recovered"] for e in faults.values())
     bad = details.get("bad_inputs", {})
+    tamper = details.get("tamper", {})
     result = {
         "faults_injected": injected, "faults_recovered": recovered,
         "samples_lost": sum(d.get("samples_lost", 0) for d in details.values()),
         "trained_twice": sum(d.get("trained_twice", 0) for d in details.values()),
         "bad_inputs_tried": bad.get("bad_inputs_tried", 0), "bad_inputs_refused": bad.get("bad_inputs_refused", 0),
+        "tampers_tried": tamper.get("tampers_tried", 0), "tampers_rewarded": tamper.get("tampers_rewarded", 0),
+        "tampers_flagged": tamper.get("tampers_flagged", 0), "tampers_writing": tamper.get("tampers_writing", 0),
+        "rl_tamper_rate": tamper.get("rl_tamper_rate"), "rl_tamper_reward_max": tamper.get("rl_reward_max"),
         "faults_by_kind": faults, "scenarios": list(details),
         "figure": "faults recovered / injected", "ratio": recovered / injected if injected else 0.0,
         "baseline": float(injected), "bound": None,
@@ -146,7 +173,9 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
         "details": details,
     }
     result["met"] = (recovered == injected and result["samples_lost"] == 0 and result["trained_twice"] == 0
-                     and result["bad_inputs_refused"] == result["bad_inputs_tried"])
+                     and result["bad_inputs_refused"] == result["bad_inputs_tried"]
+                     and result["tampers_rewarded"] == 0 and result["tampers_flagged"] == result["tampers_writing"]
+                     and not result["rl_tamper_reward_max"])
     return result
 
 
@@ -161,7 +190,12 @@ def write_report(result: dict) -> None:
              f"| samples lost (must be 0) | {result['samples_lost']} |",
              f"| samples trained twice (must be 0) | {result['trained_twice']} |",
              f"| bad inputs tried | {result['bad_inputs_tried']} |",
-             f"| bad inputs refused (must be all) | {result['bad_inputs_refused']} |", "", "Per fault:", "",
+             f"| bad inputs refused (must be all) | {result['bad_inputs_refused']} |",
+             f"| tamper attempts tried | {result['tampers_tried']} |",
+             f"| tamper attempts rewarded (must be 0) | {result['tampers_rewarded']} |",
+             f"| writing tamper attempts flagged (must be all {result['tampers_writing']}) | {result['tampers_flagged']} |",
+             f"| RL run with a tampering agent: tamper_rate / best reward_mean (must be 0) | "
+             f"{result['rl_tamper_rate']} / {result['rl_tamper_reward_max']} |", "", "Per fault:", "",
              *(f"| {line} |" for line in table.splitlines()), "",
              "A grader crash can only be injected when an episode submits, which the small random policy of the "
              "fault run rarely does: the grader run's episodes are a scripted agent's (engine.backend=sim) that "

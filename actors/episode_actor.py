@@ -128,6 +128,7 @@ class EpisodeActor:
                 traj.reward = float(reward)
                 traj.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
                 traj.model_patch = info["model_patch"] if "model_patch" in info else self._model_patch()
+                traj.tampered = dict(info["tampered"]) if "tampered" in info else {}
                 return
             if time.monotonic() > deadline:
                 break  # time cap: stays TRUNCATED

@@ -132,6 +132,7 @@ def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int
                          "n": n, "resolved": c,
                          "infra_error": len(trajs) - n, "outcomes": [t.outcome for t in trajs]})
     ks = range(1, attempts + 1)
+    scored_all = [t for t in trajectories if not t.is_infra_error]
     scored_total = sum(n for n, _ in counts)
     return {
         "num_tasks": len(tasks),
@@ -142,6 +143,10 @@ def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int
         "pass@k": {str(k): mean_pass_at_k(counts, k) for k in ks},
         "tasks_scored_for_k": {str(k): sum(n >= k for n, _ in counts) for k in ks},
         "resolved_attempts": sum(c for _, c in counts),
+        # Scored attempts that changed a protected path, and which paths (envs/protection.py).
+        "tamper_rate": (sum(bool(t.tampered) for t in scored_all) / len(scored_all)) if scored_all else 0.0,
+        "tampered_attempts": [{"task_id": t.task_id, "member": t.member, "paths": t.tampered}
+                              for t in scored_all if t.tampered],
         "outcome_mix": dict(outcome_mix),
         "per_stratum": _breakdown(strata, attempts),
         # By kind of bug (the task's family; its repository when the source names none).
@@ -171,7 +176,7 @@ def predictions(tasks: Sequence, trajectories: Sequence[Trajectory], model_name:
 def attempt_records(trajectories: Sequence[Trajectory]) -> list[dict]:
     """attempts.jsonl: every attempt's transcript and outcome (infra errors included), to read
     what a policy does on held-out tasks without re-running it."""
-    keys = ("task_id", "member", "attempt", "outcome", "infra_source", "turns", "error", "messages")
+    keys = ("task_id", "member", "attempt", "outcome", "infra_source", "turns", "error", "tampered", "messages")
     records = []
     for traj in sorted(trajectories, key=lambda t: (t.task_id, t.member, t.attempt)):
         summary = traj.summary()
@@ -193,6 +198,8 @@ def table(report: dict) -> str:
             lines.append(f"  {name or '-':<16}{row['tasks']:>6}{row['scored_attempts']:>8}"
                          f"{row['resolved_attempts']:>10}{_fmt(row['pass@1']):>9}")
     lines.append("  outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcome_mix"].items()))
+    lines.append(f"  tampering (changed protected paths): {len(report['tampered_attempts'])} attempts "
+                 f"({_fmt(report['tamper_rate']).strip()})")
     return "\n".join(lines)
 
 

@@ -41,6 +41,8 @@ class Trajectory:
     # The attempt's final workspace change as a unified diff (SWE-bench `model_patch`); "" when
     # the env reports none.
     model_patch: str = ""
+    # Protected paths the attempt changed -> why (envs/protection.py); non-empty: it tampered.
+    tampered: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_infra_error(self) -> bool:
@@ -69,6 +71,7 @@ class Trajectory:
             "generated_tokens": self.num_generated,
             "versions": sorted(set(v for v, m in zip(self.versions, self.loss_mask) if m)),
             "error": self.error,
+            "tampered": dict(self.tampered),
             "messages": self.messages,
         }
 

@@ -44,12 +44,24 @@ def workspace_tarball(workspace_dir: str) -> bytes:
     return buffer.getvalue()
 
 
+def scrub_history_script(workdir: str) -> str:
+    """Shell that leaves a git workspace its files but none of its history: a repository checked
+    out at a task's base commit still holds the fix in later commits, the reflog, ORIG_HEAD,
+    stashes or packed objects. The scrubbed repository has one commit, the task's start."""
+    wd = shlex.quote(workdir)
+    return (f"if [ -e {wd}/.git ]; then cd {wd} && rm -rf .git && git init -q && git add -A && "
+            "git -c user.name=swerve -c user.email=swerve@localhost -c commit.gpgsign=false "
+            "commit -q --allow-empty --no-verify -m 'task start'; fi")
+
+
 def fill_and_snapshot_script(workdir: str, tarball: str | None) -> str:
-    """Shell run as root at start: unpack the upload (if any), then keep a pristine copy."""
+    """Shell run as root at start: unpack the upload (if any), drop version-control history,
+    then keep a pristine copy."""
     wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
     steps = [f"mkdir -p {wd}"]
     if tarball is not None:
         steps.append(f"tar -xzf {shlex.quote(tarball)} -C {wd} && rm -f {shlex.quote(tarball)}")
+    steps.append(f"( {scrub_history_script(workdir)} )")
     steps.append(f"rm -rf {pristine} && cp -a {wd} {pristine}")
     return " && ".join(steps)
 

@@ -27,7 +27,8 @@ from typing import List, Optional
 
 from configs.schema import SandboxConfig
 from envs.cgroups import pid_alive
-from envs.container_sandbox import CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, pristine_path, restore_script, workspace_path
+from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, pristine_path, restore_script,
+                                    scrub_history_script, workspace_path)
 from envs.outcomes import InfraError, InfraSource
 from envs.process import TIMEOUT_EXIT_CODE, run_process
 from envs.sandbox import ExecResult
@@ -187,7 +188,7 @@ class DockerSandbox:
         if not self._task.image and self._task.workspace_dir:
             source = os.path.join(self._task.workspace_dir, ".")
             self._cli([self._docker, "cp", source, f"{container}:{self.workdir}"], "upload the workspace")
-        steps = []
+        steps = [f"( {scrub_history_script(self.workdir)} )"]
         if self.config.docker_user:
             steps.append(f"chown -R {shlex.quote(self.config.docker_user)} {workdir}")
         steps.append(f"rm -rf {pristine} && cp -a {workdir} {pristine}")

@@ -22,6 +22,7 @@ from typing import List, Optional
 
 from configs.schema import SandboxConfig
 from envs.cgroups import LeaseCgroup
+from envs.container_sandbox import scrub_history_script
 from envs.outcomes import InfraError, InfraSource
 from envs.process import run_process
 from envs.sandbox import ExecResult
@@ -194,6 +195,12 @@ class LocalSandbox:
 
     def _copy_workspace(self) -> None:
         shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True)
+        if (self.workspace / ".git").exists():
+            # No answer in reach: the copy keeps the files, not the history (the fix may be in it).
+            scrub = run_process([self._bash, "-c", scrub_history_script(str(self.workspace))], clean_env(), "/",
+                                120.0, self.config.max_output_bytes)
+            if scrub.exit_code != 0:
+                raise OSError(f"cannot drop the git history of the workspace copy: {scrub.output[-500:]}")
 
     def _resolve(self, path: str) -> Path:
         """Host path of a workspace-relative path; refuses anything that leads outside."""

@@ -2,11 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import hashlib
 import logging
-import os
-import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -14,19 +10,16 @@ from typing import Any, Optional
 import gymnasium
 
 from configs.schema import SandboxConfig
-from envs.grader import grade
+from envs.pristine_view import capture_change, grade_on_pristine
 from envs.local_sandbox import LocalSandbox
 from envs.outcomes import Outcome
 from envs.sandbox import Sandbox
 from envs.tasks import Task, load_tasks
+from envs.workspace_change import Manifest, take_manifest
 from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
 from policies.actions import COMMAND, FORMAT_ERROR, parse_action
 
 log = logging.getLogger(__name__)
-
-# Files left out of a captured patch: caches and bytecode the agent's commands leave behind.
-_PATCH_SKIP_DIRS = (".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".venv")
-_PATCH_SKIP_SUFFIXES = (".pyc", ".pyo")
 
 
 @dataclass
@@ -37,6 +30,9 @@ class SWEEnvConfig:
     max_consecutive_format_errors: int = 3
     grade_timeout_s: float = 60.0
     command_timeout_s: float = 20.0
+    # A change to a protected path (envs/protection.py) scores 0 outright; false grades the
+    # rest of the change. Either way the attempt records the paths (info["tampered"]).
+    tamper_scores_zero: bool = True
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
 
@@ -73,6 +69,7 @@ class SWEEnv(gymnasium.Env):
         self.task: Optional[Task] = None
         self._format_errors = 0
         self._done = True
+        self._pristine: Optional[Manifest] = None
 
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
@@ -82,6 +79,8 @@ class SWEEnv(gymnasium.Env):
         started_s = time.monotonic()
         self._sandbox.start(self.task)
         start_s = time.monotonic() - started_s
+        # Taken before the agent's first command: what "pristine" means for grading.
+        self._pristine = take_manifest(self._sandbox)
         self._format_errors = 0
         self._done = False
         info = {"task_id": self.task.id, "sandbox_start_s": start_s, "outcome": None, "exec_s": 0.0}
@@ -128,77 +127,41 @@ class SWEEnv(gymnasium.Env):
 
     def _submit(self):
         started_s = time.monotonic()
-        patch = self.model_patch()  # before grading, which restores test files / applies test_patch
-        result = grade(self._sandbox, self.task, self.config.grade_timeout_s)
+        verdict = grade_on_pristine(self._sandbox, self.task, self._pristine, self.config.grade_timeout_s,
+                                    self.config.tamper_scores_zero)
         self._done = True
-        outcome = Outcome.RESOLVED if result.resolved else Outcome.UNRESOLVED
-        lines = [f"{outcome.value}: test command exit code {result.exit_code}"]
-        lines += [f"{status} {node_id}" for node_id, status in sorted(result.test_status.items())]
+        outcome = Outcome.RESOLVED if verdict.resolved else Outcome.UNRESOLVED
+        tampered = verdict.change.tampered
+        if verdict.result is None:
+            lines = [f"{outcome.value}: the change touches paths the task protects, so it scores 0"]
+            test_status = {}
+        else:
+            lines = [f"{outcome.value}: test command exit code {verdict.result.exit_code}"]
+            lines += [f"{status} {node_id}" for node_id, status in sorted(verdict.result.test_status.items())]
+            test_status = verdict.result.test_status
+        lines += [f"protected, not graded: {path} ({reason})" for path, reason in sorted(tampered.items())]
         info = {
             "outcome": outcome.value,
             "exec_s": time.monotonic() - started_s,
-            "test_status": result.test_status,
-            "model_patch": patch,
+            "test_status": test_status,
+            "model_patch": verdict.change.model_patch,
+            "tampered": dict(tampered),
         }
-        reward = 1.0 if result.resolved else 0.0
+        reward = 1.0 if verdict.resolved else 0.0
         return self._fit("\n".join(lines)), reward, True, False, info
 
     def model_patch(self) -> str:
-        """The workspace's change since reset as a unified diff (a/ b/ prefixes; SWE-bench's
-        `model_patch`): `git diff` when the workspace is a git repository (SWE-bench images),
-        else a diff against the task's pristine workspace_dir. "" when it cannot be computed;
-        capturing a patch never fails an episode."""
-        if self._sandbox is None or self.task is None:
+        """The allowed part of the workspace's change as a unified diff (SWE-bench's
+        `model_patch`; protected paths left out, see envs/protection.py). It resets the
+        workspace, so only at an episode's end. "" when it cannot be computed: capturing a
+        patch never fails an episode."""
+        if self._sandbox is None or self.task is None or self._pristine is None:
             return ""
         try:
-            git = self._sandbox.exec(
-                "[ -e .git ] || exit 3; "
-                "git add -A >/dev/null 2>&1 && git diff --cached --no-color --no-ext-diff HEAD", timeout_s=30.0)
-            if git.exit_code == 0 and not git.output_truncated:
-                return git.output
-            if self.task.workspace_dir and os.path.isdir(self.task.workspace_dir):
-                return self._diff_against_workspace(self.task.workspace_dir)
+            return capture_change(self._sandbox, self.task, self._pristine).model_patch
         except Exception as err:  # noqa: BLE001 - the patch is a report, not part of the episode
             log.warning("model_patch of %s not captured: %s: %s", self.task.id, type(err).__name__, err)
         return ""
-
-    def _diff_against_workspace(self, root: str) -> str:
-        prune = " -o ".join(f"-name {shlex.quote(d)}" for d in _PATCH_SKIP_DIRS)
-        listing = self._sandbox.exec(
-            f"find . \\( {prune} \\) -prune -o -type f -print0 | xargs -0 -r md5sum", timeout_s=30.0)
-        if listing.exit_code != 0 or listing.output_truncated:
-            return ""
-        now = {}
-        for line in listing.output.splitlines():
-            digest, _, path = line.partition("  ")
-            if path.startswith("./") and not path.endswith(_PATCH_SKIP_SUFFIXES):
-                now[path[2:]] = digest
-        before = {}
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d not in _PATCH_SKIP_DIRS]
-            for name in filenames:
-                full = os.path.join(dirpath, name)
-                rel = os.path.relpath(full, root)
-                if not rel.endswith(_PATCH_SKIP_SUFFIXES):
-                    before[rel] = full
-        chunks = []
-        for rel in sorted(set(now) | set(before)):
-            old = ""
-            if rel in before:
-                with open(before[rel], "rb") as f:
-                    data = f.read()
-                if rel in now and hashlib.md5(data).hexdigest() == now[rel]:
-                    continue
-                old = data.decode("utf-8", errors="replace")
-            new = self._sandbox.read_file(rel) if rel in now else ""
-            a = f"a/{rel}" if rel in before else "/dev/null"
-            b = f"b/{rel}" if rel in now else "/dev/null"
-            body = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), a, b))
-            if body:
-                if not body.endswith("\n"):
-                    body += "\n\\ No newline at end of file\n"
-                chunks.append(f"diff --git a/{rel} b/{rel}\n{body}")
-        return "".join(chunks)
 
     def _pick_task(self) -> Task:
         if self._tasks is None:

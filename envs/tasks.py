@@ -61,6 +61,10 @@ class Task:
     # The kind of bug (micro and built-in tasks: their generator's family), for per-family
     # tables; "" when the source does not say (eval then groups by repository).
     family: str = ""
+    # Globs (fnmatch, workspace-relative) the agent may not change beyond the format's policy
+    # (envs/protection.py), and globs exempted from it.
+    protected_paths: tuple[str, ...] = ()
+    unprotected_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

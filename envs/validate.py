@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
-from envs.grader import GradeResult, grade
+from envs.grader import GradeResult
+from envs.pristine_view import grade_on_pristine
 from envs.loaders import NAMED_SOURCES
 from envs.outcomes import InfraError
 from envs.sandbox import Sandbox
 from envs.tasks import Task
+from envs.workspace_change import take_manifest
 
 OK, QUARANTINED, SKIPPED = "ok", "quarantined", "skipped"
 NEEDS_CONTAINER = "needs container backend"
@@ -86,13 +88,18 @@ def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s:
         return done(QUARANTINED, "no gold patch to check the task with")
     sandbox = sandbox_factory()
     try:
+        # Both graded as an agent's attempt is: on the pristine view (envs/pristine_view.py).
         sandbox.start(task)
+        pristine = take_manifest(sandbox)
         failure = _apply_gold(sandbox, task, timeout_s)
         if failure:
             return done(QUARANTINED, failure, gold=False)
-        gold = grade(sandbox, task, timeout_s)
+        verdict = grade_on_pristine(sandbox, task, pristine, timeout_s)
+        if verdict.change.tampered:
+            return done(QUARANTINED, f"gold fix changes protected paths: {verdict.change.tampered}", gold=False)
+        gold = verdict.result
         sandbox.start(task)  # a fresh lease for the empty patch
-        empty = grade(sandbox, task, timeout_s)
+        empty = grade_on_pristine(sandbox, task, take_manifest(sandbox), timeout_s).result
     except InfraError as error:
         return done(QUARANTINED, str(error))
     finally:

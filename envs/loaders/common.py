@@ -138,6 +138,12 @@ def test_list(row: dict, name: str) -> Tuple[str, ...]:
     return tuple(value)
 
 
+def path_globs(row: dict) -> dict:
+    """A row's override of its format's protection policy (envs/protection.py), as Task fields."""
+    return {name: test_list(row, name) if row.get(name) is not None else ()
+            for name in ("protected_paths", "unprotected_paths")}
+
+
 def row_split(row: dict) -> str:
     return optional_str(row, "split") or DEFAULT_SPLIT
 

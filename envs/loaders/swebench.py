@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from envs.loaders.common import RowError, collect_rows, optional_str, require_str, row_split, test_list
+from envs.loaders.common import (RowError, collect_rows, optional_str, path_globs, require_str, row_split,
+                                 test_list)
 from envs.tasks import Task, TaskSet
 
 FORMAT = "swebench"
@@ -56,6 +57,7 @@ def row_to_task(row: dict) -> Task:
         source=FORMAT,
         image=image_name(instance_id),
         test_patch=require_str(row, "test_patch"),
+        **path_globs(row),
     )
 
 

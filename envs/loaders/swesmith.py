@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Dict, Sequence
 
 from envs.loaders.common import (PYTEST_COMMAND, RowError, build_dir_once, cache_root, collect_rows, optional_str,
-                                 require_str, reverse_patch, row_split, selected, test_list, tree_hash)
+                                 path_globs, require_str, reverse_patch, row_split, selected, test_list, tree_hash)
 from envs.tasks import Task, TaskSet
 
 FORMAT = "swesmith"
@@ -144,6 +144,7 @@ def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Tas
         stratum=optional_str(row, "stratum") or "unknown",
         split=row_split(row),
         source=FORMAT,
+        **path_globs(row),
     )
     repo_path = optional_str(row, "repo_path")
     image = optional_str(row, "image_name")

@@ -38,7 +38,7 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     monkeypatch.chdir(tmp_path)
     # Tiny size: the restart-torture and node-loss scenarios run in their own tests
     # (test_restart_torture.py, test_faults.py); here the entry point, the fault runs and the catalog.
-    monkeypatch.setattr(bench_reliability, "SCENARIOS", ("faults", "grader", "bad_inputs"))
+    monkeypatch.setattr(bench_reliability, "SCENARIOS", ("faults", "grader", "bad_inputs", "tamper"))
     assert main(["bench", "reliability", "--config", str(repo / "tests" / "smoke.yaml"), "--repetitions", "1",
                  f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
                  "rollout.max_tokens_per_turn=16"]) == 0
@@ -46,7 +46,10 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     keys = ("faults_injected", "faults_recovered", "samples_lost", "trained_twice", "bad_inputs_tried",
             "bad_inputs_refused")
     assert all(isinstance(result[k], int) for k in keys), result
-    assert result["scenarios"] == ["faults", "grader", "bad_inputs"] and result["bad_inputs_tried"] >= 1
+    assert result["scenarios"] == ["faults", "grader", "bad_inputs", "tamper"] and result["bad_inputs_tried"] >= 1
+    assert result["tampers_tried"] >= 12 and result["tampers_rewarded"] == 0
+    assert result["tampers_flagged"] == result["tampers_writing"] >= 12
+    assert result["rl_tamper_rate"] == 1.0 and result["rl_tamper_reward_max"] == 0.0
     grader = result["faults_by_kind"]["grader_crash"]
     assert grader["injected"] >= 1 and grader["sources"] == {"grader": grader["injected"]}
     assert result["samples_lost"] == 0 and result["trained_twice"] == 0

@@ -409,3 +409,34 @@ def test_a_lease_cannot_see_another_leases_files(task_by_id, tmp_path):
         first.close()
         second.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_git_workspace_keeps_its_files_but_not_the_history_holding_the_fix(tmp_path, task_by_id, isolation):
+    import dataclasses
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "-C", str(repo)]
+    (repo / "mod.py").write_text("def f():\n    return 1  # bug\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "bug"], check=True)
+    (repo / "mod.py").write_text("def f():\n    return 2  # the fix\n")
+    subprocess.run([*git, "commit", "-qam", "fix"], check=True)
+    fix = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([*git, "reset", "-q", "--hard", "HEAD~1"], check=True)  # SWE-bench's state: fix in the reflog
+    subprocess.run([*git, "stash", "list"], check=True)
+    task = dataclasses.replace(task_by_id["textkit-001"], workspace_dir=str(repo))
+    (tmp_path / "leases").mkdir()
+    sandbox = LocalSandbox(SandboxConfig(isolation=isolation, workdir_root=str(tmp_path / "leases")))
+    sandbox.start(task)
+    try:
+        assert "return 1" in sandbox.read_file("mod.py")
+        history = sandbox.exec("git log --all --reflog --oneline; git stash list; ls .git").output
+        assert history.count("task start") == 1 and " bug" not in history and "ORIG_HEAD" not in history
+        assert sandbox.exec(f"git cat-file -t {fix}").exit_code != 0
+        assert sandbox.exec("git status --porcelain").output.strip() == ""
+    finally:
+        sandbox.close()
+    assert subprocess.run([*git, "cat-file", "-t", fix], capture_output=True).returncode == 0  # the source is untouched
