@@ -152,10 +152,10 @@ def play_catalogue(workdir_root: str) -> Dict:
             "attempts": [{k: p[k] for k in ("name", "klass", "reward", "outcome", "tampered")} for p in played]}
 
 
-def play(attempt: TamperAttempt, env, task) -> Dict:
-    """Run one attempt in `env` (a SWEEnv) on `task` and submit; the submit step's info and
-    reward, plus what the commands printed."""
-    env.reset(options={"task": task})
+def play(attempt: TamperAttempt, env, task, sandbox=None) -> Dict:
+    """Run one attempt in `env` (a SWEEnv) on `task` (in `sandbox`, else the env's own local one)
+    and submit; the submit step's info and reward, plus what the commands printed."""
+    env.reset(options={"task": task, **({"sandbox": sandbox} if sandbox is not None else {})})
     outputs = []
     for command in attempt.commands:
         observation, _, terminated, _, _ = env.step(f"```bash\n{command}\n```")
