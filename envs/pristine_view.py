@@ -19,9 +19,10 @@ from envs.outcomes import InfraError, InfraSource
 from envs.protection import classify, source_reason
 from envs.sandbox import Sandbox
 from envs.tasks import Task
-from envs.workspace_change import Manifest, diff_manifests, take_manifest
+from envs.workspace_change import ListingError, Manifest, diff_manifests, take_manifest
 
 PRISTINE_ALTERED = "<pristine copy>"
+WORKSPACE = "<workspace>"
 
 
 @dataclass
@@ -49,17 +50,23 @@ def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest) -> Captured
     The reset workspace is checked against the manifest taken at the episode's start: a
     backend whose pristine copy lives inside the sandbox (docker, e2b) could otherwise be
     handed a copy the agent altered."""
-    now = take_manifest(sandbox)
+    try:
+        now = take_manifest(sandbox)
+    except ListingError as error:
+        # The agent made its workspace unlistable (a flood of files): its doing, so it scores
+        # 0 like any tampering rather than becoming an infra error that training skips.
+        sandbox.reset()
+        return CapturedChange(written={}, deleted=(), model_patch="", tampered={WORKSPACE: str(error)})
     change = diff_manifests(pristine, now)
     tampered = classify(change.paths, change.symlinks, task)
+    tampered.update({path: "unreadable to the listing (permissions changed)" for path in change.unreadable})
     written = {path: sandbox.read_file(path) for path in change.written if path not in tampered}
     deleted = tuple(path for path in change.deleted if path not in tampered)
     executable = {path for path in written if now.entries[path][1].endswith("x")}
     sandbox.reset()
-    after_reset = take_manifest(sandbox)
-    if after_reset != pristine:
-        altered = sorted(set(diff_manifests(pristine, after_reset).paths) | set(diff_manifests(after_reset, pristine).paths))
-        tampered[PRISTINE_ALTERED] = f"the reset workspace differs from the start: {altered[:5]}"
+    altered = _differences(pristine, sandbox)
+    if altered:
+        tampered[PRISTINE_ALTERED] = f"the reset workspace differs from the start: {altered}"
     old = {path: sandbox.read_file(path) for path in [*written, *deleted] if path in pristine.entries}
     for path in list(written):
         reason = source_reason(path, old.get(path), written[path], task)
@@ -69,6 +76,17 @@ def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest) -> Captured
     patch = "".join(file_diff(path, old.get(path), written.get(path)) for path in sorted([*written, *deleted]))
     return CapturedChange(written=written, deleted=deleted, model_patch=patch, tampered=tampered,
                           executable=frozenset(executable & set(written)))
+
+
+def _differences(pristine: Manifest, sandbox: Sandbox) -> str:
+    """How the freshly reset workspace differs from the listing taken at the start ("" if not)."""
+    try:
+        now = take_manifest(sandbox)
+    except ListingError as error:
+        return str(error)
+    if now == pristine:
+        return ""
+    return str(sorted(set(diff_manifests(pristine, now).paths) | set(diff_manifests(now, pristine).paths))[:5])
 
 
 def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, timeout_s: float,

@@ -12,10 +12,10 @@ import gymnasium
 from configs.schema import SandboxConfig
 from envs.pristine_view import capture_change, grade_on_pristine
 from envs.local_sandbox import LocalSandbox
-from envs.outcomes import Outcome
+from envs.outcomes import InfraError, InfraSource, Outcome
 from envs.sandbox import Sandbox
 from envs.tasks import Task, load_tasks
-from envs.workspace_change import Manifest, take_manifest
+from envs.workspace_change import ListingError, Manifest, take_manifest
 from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
 from policies.actions import COMMAND, FORMAT_ERROR, parse_action
 
@@ -80,7 +80,11 @@ class SWEEnv(gymnasium.Env):
         self._sandbox.start(self.task)
         start_s = time.monotonic() - started_s
         # Taken before the agent's first command: what "pristine" means for grading.
-        self._pristine = take_manifest(self._sandbox)
+        try:
+            self._pristine = take_manifest(self._sandbox)
+        except ListingError as error:
+            raise InfraError(InfraSource.SANDBOX, f"{self.task.id}: {error}; raise sandbox.max_output_bytes "
+                             "for a task this large") from error
         self._format_errors = 0
         self._done = False
         info = {"task_id": self.task.id, "sandbox_start_s": start_s, "outcome": None, "exec_s": 0.0}

@@ -20,34 +20,45 @@ from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import Sandbox
 
 MANIFEST_TIMEOUT_S = 60.0
+# An entry the listing cannot read (permissions the agent changed) is recorded as ("e", why),
+# so it shows as a change instead of failing the listing.
 _MANIFEST_SCRIPT = r"""
 import hashlib, json, os, stat
 out = {}
-for root, dirs, files in os.walk(".", followlinks=False):
+def unreadable(error):
+    out[os.path.relpath(error.filename or ".", ".")] = ["e", type(error).__name__]
+for root, dirs, files in os.walk(".", onerror=unreadable, followlinks=False):
     dirs[:] = [d for d in dirs if d not in (".git", ".hg")]
     for name in dirs + files:
         path = os.path.join(root, name)[2:]
-        info = os.lstat(path)
-        if stat.S_ISLNK(info.st_mode):
-            out[path] = ["l", os.readlink(path)]
-        elif stat.S_ISREG(info.st_mode):
-            digest = hashlib.sha256()
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-            out[path] = ["f", digest.hexdigest()[:24] + ("x" if info.st_mode & 0o111 else "")]
+        try:
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                out[path] = ["l", os.readlink(path)]
+            elif stat.S_ISREG(info.st_mode):
+                digest = hashlib.sha256()
+                with open(path, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+                out[path] = ["f", digest.hexdigest()[:24] + ("x" if info.st_mode & 0o111 else "")]
+        except OSError as error:
+            out[path] = ["e", type(error).__name__]
 print(json.dumps(out, separators=(",", ":")))
 """
 
 
+class ListingError(Exception):
+    """The workspace cannot be listed within the sandbox's limits (time, output bytes)."""
+
+
 @dataclass(frozen=True)
 class Manifest:
-    # Workspace-relative path -> ("f", digest) for a regular file, ("l", target) for a symlink.
+    # Workspace-relative path -> ("f", digest) for a regular file, ("l", target) for a symlink,
+    # ("e", error) for an entry the listing could not read.
     entries: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
-    @property
-    def symlinks(self) -> set[str]:
-        return {path for path, (kind, _) in self.entries.items() if kind == "l"}
+    def of_kind(self, kind: str) -> set[str]:
+        return {path for path, (entry_kind, _) in self.entries.items() if entry_kind == kind}
 
 
 @dataclass(frozen=True)
@@ -55,8 +66,10 @@ class Change:
     # Path -> True when the agent created it, False when it modified a pristine one.
     written: Dict[str, bool]
     deleted: Tuple[str, ...]
-    # New or changed symlinks (never carried into the graded view).
+    # New or changed symlinks, and entries the listing could not read (never carried into the
+    # graded view).
     symlinks: Tuple[str, ...]
+    unreadable: Tuple[str, ...] = ()
 
     @property
     def paths(self) -> Dict[str, bool]:
@@ -65,10 +78,15 @@ class Change:
 
 
 def take_manifest(sandbox: Sandbox) -> Manifest:
+    """The workspace's listing. ListingError when it exceeds the sandbox's limits (what the
+    agent can cause: a flood of files); InfraError when the listing itself fails."""
     result = sandbox.exec(f"python3 -I -S -c {shlex.quote(_MANIFEST_SCRIPT)}", timeout_s=MANIFEST_TIMEOUT_S)
-    if result.exit_code != 0 or result.output_truncated:
-        raise InfraError(InfraSource.GRADER, f"cannot list the workspace (exit {result.exit_code}, "
-                         f"truncated={result.output_truncated}): {result.output[-500:]}")
+    if result.timed_out or result.output_truncated:
+        raise ListingError(f"listing the workspace {'timed out' if result.timed_out else 'exceeded'} "
+                           f"the sandbox's limits ({MANIFEST_TIMEOUT_S:.0f} s, sandbox.max_output_bytes)")
+    if result.exit_code != 0:
+        raise InfraError(InfraSource.GRADER, f"cannot list the workspace (exit {result.exit_code}): "
+                         f"{result.output[-500:]}")
     try:
         raw = json.loads(result.output.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError) as error:
@@ -77,13 +95,14 @@ def take_manifest(sandbox: Sandbox) -> Manifest:
 
 
 def diff_manifests(before: Manifest, after: Manifest) -> Change:
-    written, symlinks = {}, []
+    written, other = {}, {"l": [], "e": []}
     for path, entry in after.entries.items():
         if before.entries.get(path) == entry:
             continue
-        if entry[0] == "l":
-            symlinks.append(path)
+        if entry[0] in other:
+            other[entry[0]].append(path)
         else:
             written[path] = path not in before.entries
     deleted = tuple(sorted(path for path in before.entries if path not in after.entries))
-    return Change(written=dict(sorted(written.items())), deleted=deleted, symlinks=tuple(sorted(symlinks)))
+    return Change(written=dict(sorted(written.items())), deleted=deleted, symlinks=tuple(sorted(other["l"])),
+                  unreadable=tuple(sorted(other["e"])))

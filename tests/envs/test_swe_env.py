@@ -139,3 +139,17 @@ def test_kwargs_override_config_and_unknown_ones_are_named():
         SWEEnv(max_obs_chars=10)
     with pytest.raises(TypeError, match="memory_mb"):
         SWEEnv(sandbox={"memory": 10})
+
+
+def test_an_unlistable_workspace_is_the_agents_doing_not_an_infra_error(tmp_path, task_by_id):
+    """A flood of files or a folder made unreadable would otherwise turn a failed attempt into an
+    infra error, which training skips: a policy could learn to escape its zeros that way."""
+    environment = SWEEnv(sandbox={"workdir_root": str(tmp_path), "max_output_bytes": 4096})
+    for command in ("for i in $(seq 300); do echo > flood_$i.txt; done", "chmod 000 textkit"):
+        environment.reset(options={"task": task_by_id["textkit-003"]})
+        environment.step(bash(command))
+        _, reward, terminated, _, info = environment.step(bash("submit"))
+        assert terminated and reward == 0.0 and info["outcome"] == "unresolved"
+        # (Without bubblewrap commands run as this host's user, who may still read the folder.)
+        assert info["tampered"] or (command.startswith("chmod") and not environment._sandbox.isolated)
+    environment.close()
