@@ -70,7 +70,7 @@ def run_pipeline(cfg: Config) -> dict:
             counts = write_traces(str(traces), train_tasks,
                                   n_per_task=cfg.pipeline.traces_per_task, seed=cfg.run.seed,
                                   system_prompt=cfg.env.system_prompt, env_kwargs=dict(cfg.env.kwargs),
-                                  think=cfg.pipeline.expert_thoughts,
+                                  think=cfg.pipeline.expert_thoughts, recovery_rate=cfg.pipeline.recovery_rate,
                                   workers=cfg.pipeline.trace_workers or os.cpu_count() or 1)
             print(f"[swerve] pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)",
                   flush=True)

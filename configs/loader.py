@@ -197,6 +197,8 @@ def validate(cfg: Config) -> None:
         )
     if not 0.0 <= cfg.rollout.explore_fraction <= 1.0:
         raise ConfigError(f"config key 'rollout.explore_fraction' is {cfg.rollout.explore_fraction}; allowed: [0, 1]")
+    if not 0.0 <= cfg.pipeline.recovery_rate <= 1.0:
+        raise ConfigError(f"config key 'pipeline.recovery_rate' is {cfg.pipeline.recovery_rate}; allowed: [0, 1]")
     if cfg.rollout.pass_rate_half_life_versions <= 0:
         raise ConfigError("config key 'rollout.pass_rate_half_life_versions' is "
                           f"{cfg.rollout.pass_rate_half_life_versions}; it must be > 0 (e.g. 4)")

@@ -354,6 +354,8 @@ class PipelineConfig:
     expert_thoughts: bool = True
     # Processes that play expert traces (each runs real commands in a sandbox); 0 = one per CPU.
     trace_workers: int = 0
+    # Share of the traces that show a wrong edit, its failing test and the recovery.
+    recovery_rate: float = 0.3
     # The RL stage trains on the training tasks that got no expert trace (true), or on all of them.
     rl_on_unseen_tasks: bool = True
     # Stages run by `swerve pipeline`, in order.

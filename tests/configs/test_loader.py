@@ -154,3 +154,9 @@ def test_a_base_cycle_or_a_bad_base_is_refused(tmp_path):
     (tmp_path / "d.yaml").write_text("base: missing.yaml\n")
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(str(tmp_path / "d.yaml"))
+
+
+def test_fractions_outside_zero_one_name_their_key():
+    for key in ("rollout.explore_fraction", "pipeline.recovery_rate"):
+        with pytest.raises(ConfigError, match=rf"{key}.*allowed: \[0, 1\]"):
+            load_config(None, [f"{key}=1.5"])
