@@ -16,7 +16,7 @@ from typing import Dict, Optional
 
 from envs.grader import GradeResult, grade
 from envs.outcomes import InfraError, InfraSource
-from envs.protection import classify, source_reason
+from envs.protection import classify, is_tool_output, source_reason
 from envs.sandbox import Sandbox
 from envs.tasks import Task
 from envs.workspace_change import ListingError, Manifest, diff_manifests, take_manifest
@@ -60,8 +60,9 @@ def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest) -> Captured
     change = diff_manifests(pristine, now)
     tampered = classify(change.paths, change.symlinks, task)
     tampered.update({path: "unreadable to the listing (permissions changed)" for path in change.unreadable})
-    written = {path: sandbox.read_file(path) for path in change.written if path not in tampered}
-    deleted = tuple(path for path in change.deleted if path not in tampered)
+    carried = [path for path in change.written if path not in tampered and not is_tool_output(path)]
+    written = {path: sandbox.read_file(path) for path in carried}
+    deleted = tuple(path for path in change.deleted if path not in tampered and not is_tool_output(path))
     executable = {path for path in written if now.entries[path][1].endswith("x")}
     sandbox.reset()
     altered = _differences(pristine, sandbox)

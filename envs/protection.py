@@ -30,8 +30,17 @@ TEST_CONFIG_NAMES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "setup.cf
 # Imported by the interpreter before any test code runs.
 STARTUP_HOOK_NAMES = frozenset({"sitecustomize.py", "usercustomize.py"})
 STARTUP_HOOK_SUFFIXES = (".pth",)
+# Every sandbox runs with PYTHONDONTWRITEBYTECODE=1, so bytecode in the workspace was put there
+# on purpose (and a .pyc beside an untouched source can run code the source does not have).
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
-CACHE_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".venv", ".git", ".hg"})
+CACHE_DIRS = frozenset({"__pycache__", ".git", ".hg"})
+# What ordinary tool runs leave behind (pytest's cache, type checkers, `pip install -e .`): never
+# carried into the graded view, and not tampering either (an agent that runs the tests must not
+# be flagged for the cache they write). Package metadata is here because its entry points can
+# load pytest plugins: the graded run only ever sees the task's own.
+TOOL_OUTPUT_DIRS = frozenset({".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox",
+                              ".venv", ".cache"})
+TOOL_OUTPUT_SUFFIXES = (".egg-info", ".dist-info")
 # Top-level modules a new file must not shadow: the test runner and what it imports at start.
 TEST_MACHINERY_MODULES = frozenset({"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging",
                                     "unittest", "doctest", "site", "conftest", "coverage", "xdist"})
@@ -116,12 +125,22 @@ def protection_reason(path: str, *, is_new: bool, is_symlink: bool, task: Task,
     return ""
 
 
+def is_tool_output(path: str) -> bool:
+    """Whether `path` lies in what tools write on their own (dropped from the graded view, not
+    tampering); see TOOL_OUTPUT_DIRS."""
+    return any(part in TOOL_OUTPUT_DIRS or part.endswith(TOOL_OUTPUT_SUFFIXES)
+               for part in posixpath.normpath(path).split("/")[:-1])
+
+
 def classify(changed: Mapping[str, bool], symlinks: Iterable[str], task: Task) -> Dict[str, str]:
-    """{path: reason} for every protected path among `changed` ({path: is_new}) and `symlinks`."""
+    """{path: reason} for every protected path among `changed` ({path: is_new}) and `symlinks`
+    (tool output excepted: it is dropped, not flagged)."""
     policy = policy_for(task)
     links = set(symlinks)
     reasons = {}
     for path in sorted(set(changed) | links):
+        if is_tool_output(path):
+            continue
         reason = protection_reason(path, is_new=changed.get(path, True), is_symlink=path in links,
                                    task=task, policy=policy)
         if reason:

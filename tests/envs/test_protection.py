@@ -53,6 +53,14 @@ def test_test_files_follow_the_format(micro, swebench):
     assert reason("tests/test_core.py", swebench) and reason("tests/test_mine.py", swebench, new=True) == ""
 
 
+def test_tool_output_is_dropped_not_flagged(micro):
+    from envs.protection import is_tool_output
+
+    changed = {".pytest_cache/v/cache/nodeids": True, "pkg.egg-info/entry_points.txt": True, ".venv/bin/x": True}
+    assert all(is_tool_output(path) for path in changed) and not is_tool_output("textkit/wrap.py")
+    assert classify(changed, [".venv/bin/python"], micro) == {}
+
+
 def test_symlinks_and_the_task_record_override(micro):
     assert "symlink" in reason("textkit/wrap.py", micro, link=True)
     override = dataclasses.replace(micro, protected_paths=("textkit/data/*",), unprotected_paths=("setup.cfg",))

@@ -153,3 +153,16 @@ def test_an_unlistable_workspace_is_the_agents_doing_not_an_infra_error(tmp_path
         # (Without bubblewrap commands run as this host's user, who may still read the folder.)
         assert info["tampered"] or (command.startswith("chmod") and not environment._sandbox.isolated)
     environment.close()
+
+
+def test_running_the_tests_and_tools_is_not_tampering(env, task_by_id):
+    """What an honest agent leaves behind (pytest's cache, an editable install's metadata, a
+    scratch script) is dropped from the graded view without a flag."""
+    env.reset(options={"task": task_by_id["textkit-003"]})
+    for command in ("python -m pytest -q tests", "mkdir -p textkit.egg-info && echo x > textkit.egg-info/PKG-INFO",
+                    "printf 'print(1)\\n' > reproduce.py",
+                    "sed -i 's/if len(text) < width:/if len(text) <= width:/' textkit/wrap.py"):
+        env.step(bash(command))
+    _, reward, _, _, info = env.step(bash("submit"))
+    assert reward == 1.0 and info["tampered"] == {}
+    assert "reproduce.py" in info["model_patch"] and ".pytest_cache" not in info["model_patch"]
