@@ -41,9 +41,11 @@ def tamper_run(cfg: Config, work: Path, steps: int) -> dict:
 
     (work / "catalogue").mkdir()
     report = play_catalogue(str(work / "catalogue"))
-    # Every episode tampers at turn 1 and submits at turn 2.
+    # Every episode tampers at turn 1 and submits at turn 2 (replies long enough for the command).
     overrides = ["engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=2",
-                 "engine.sim.submit_turn_max=2", f"engine.sim.command={SIM_TAMPER_COMMAND}"]
+                 "engine.sim.submit_turn_max=2", f"engine.sim.command={SIM_TAMPER_COMMAND}",
+                 "engine.sim.tokens_per_turn_min=300", "engine.sim.tokens_per_turn_max=300",
+                 "rollout.max_tokens_per_turn=320", "rollout.max_turns=2"]
     run_cfg = _config(cfg, work, [f"run.dir={work}", "run.name=rl", f"trainer.total_steps={steps}", *overrides])
     init_ray(run_cfg)
     rows = [json.loads(line) for line in (train(run_cfg) / "metrics.jsonl").read_text().splitlines()]

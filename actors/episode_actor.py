@@ -127,19 +127,22 @@ class EpisodeActor:
             if terminated or truncated:
                 traj.reward = float(reward)
                 traj.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
-                traj.model_patch = info["model_patch"] if "model_patch" in info else self._model_patch()
-                traj.tampered = dict(info["tampered"]) if "tampered" in info else {}
+                if "model_patch" in info:
+                    traj.model_patch, traj.tampered = info["model_patch"], dict(info.get("tampered", {}))
+                else:
+                    traj.model_patch, traj.tampered = self._final_change()
                 return
             if time.monotonic() > deadline:
                 break  # time cap: stays TRUNCATED
             conv.append_observation(obs)
         # A cap ended the episode (turn, token or time): still record the workspace's change.
-        traj.model_patch = self._model_patch()
+        traj.model_patch, traj.tampered = self._final_change()
 
-    def _model_patch(self) -> str:
-        """The env's final workspace diff when it offers one (SWEEnv.model_patch), else ""."""
-        capture = getattr(self.env.unwrapped, "model_patch", None)
-        return capture() if callable(capture) else ""
+    def _final_change(self) -> tuple[str, dict]:
+        """The env's final workspace diff and tampered paths when it offers them
+        (SWEEnv.final_change; any Gymnasium text env may not), else ("", {})."""
+        capture = getattr(self.env.unwrapped, "final_change", None)
+        return capture() if callable(capture) else ("", {})
 
     @staticmethod
     def _mark_infra(traj: Trajectory, source: InfraSource, message: str) -> None:

@@ -58,20 +58,20 @@ class ProtectionPolicy:
     # Where new top-level modules are importable ahead of the installed ones (the workspace
     # root, a src layout): a new module there named like the stdlib shadows it.
     import_roots: tuple[str, ...] = ("", "src")
-    # Small single-purpose repositories (built-in, micro, synth): a fix never needs to reach
+    # Small single-purpose repositories (built-in, micro): a fix never needs to reach
     # into the test runner or the interpreter, so an added source line that names them is
     # tampering (code in an allowed file runs inside the test process and could rewrite
     # its reports). Off for real-world repositories, where such code is ordinary.
     forbid_machinery_references: bool = False
 
 
-# One policy per task format (`Task.source`). SWE-bench-style repositories keep their own
+# One policy per task format (`Task.source`; `swerve synth` writes SWE-smith rows, so synthesised
+# tasks get the swesmith policy, and a row may tighten it with protected_paths). SWE-bench-style repositories keep their own
 # tests in arbitrary places, so there only the task's test_patch files, the universal
 # machinery and new shadowing modules are protected; adding a new test file is allowed.
 POLICIES: Dict[str, ProtectionPolicy] = {
     "builtin": ProtectionPolicy(test_file_conventions=True, forbid_machinery_references=True),
     "micro": ProtectionPolicy(test_file_conventions=True, forbid_machinery_references=True),
-    "synth": ProtectionPolicy(test_file_conventions=True, forbid_machinery_references=True),
     "swebench": ProtectionPolicy(test_file_conventions=False),
     "swesmith": ProtectionPolicy(test_file_conventions=False),
     "harbor": ProtectionPolicy(test_file_conventions=True),

@@ -115,7 +115,7 @@ class SWEEnv(gymnasium.Env):
         self._done = terminated
         info = {"outcome": Outcome.FORMAT_ERROR.value if terminated else None, "exec_s": 0.0}
         if terminated:
-            info["model_patch"] = self.model_patch()
+            info["model_patch"], info["tampered"] = self.final_change()
         return self._fit(message), 0.0, terminated, False, info
 
     def _run(self, command: str):
@@ -154,18 +154,19 @@ class SWEEnv(gymnasium.Env):
         reward = 1.0 if verdict.resolved else 0.0
         return self._fit("\n".join(lines)), reward, True, False, info
 
-    def model_patch(self) -> str:
-        """The allowed part of the workspace's change as a unified diff (SWE-bench's
-        `model_patch`; protected paths left out, see envs/protection.py). It resets the
-        workspace, so only at an episode's end. "" when it cannot be computed: capturing a
-        patch never fails an episode."""
+    def final_change(self) -> tuple[str, dict]:
+        """For an episode a cap ended: the allowed part of the workspace's change as a unified
+        diff (SWE-bench's `model_patch`; see envs/protection.py) and the protected paths it
+        touched (path -> why). It resets the workspace, so only at an episode's end. ("", {})
+        when it cannot be computed: capturing a patch never fails an episode."""
         if self._sandbox is None or self.task is None or self._pristine is None:
-            return ""
+            return "", {}
         try:
-            return capture_change(self._sandbox, self.task, self._pristine).model_patch
+            change = capture_change(self._sandbox, self.task, self._pristine)
+            return change.model_patch, dict(change.tampered)
         except Exception as err:  # noqa: BLE001 - the patch is a report, not part of the episode
             log.warning("model_patch of %s not captured: %s: %s", self.task.id, type(err).__name__, err)
-        return ""
+        return "", {}
 
     def _pick_task(self) -> Task:
         if self._tasks is None:

@@ -106,12 +106,12 @@ def test_swe_env_reports_the_workspace_diff_as_model_patch(tmp_path):
     sandbox = env.unwrapped._sandbox
     applied = sandbox.exec(f"patch -p1 <<'SWERVE_EOF'\n{task.gold_patch}\nSWERVE_EOF")
     assert applied.exit_code == 0, applied.output
-    sandbox.exec("printf 'x\\n' > NEW_FILE.txt && mkdir -p __pycache__ && echo junk > __pycache__/a.pyc")
+    sandbox.exec("printf 'x\\n' > NEW_FILE.txt && mkdir -p .pytest_cache && echo junk > .pytest_cache/a")
     _, reward, terminated, _, info = env.step("```bash\nsubmit\n```")
     env.close()
     assert terminated and reward == 1.0
     patch = info["model_patch"]
-    assert "+++ b/NEW_FILE.txt" in patch and "__pycache__" not in patch
+    assert "+++ b/NEW_FILE.txt" in patch and ".pytest_cache" not in patch and info["tampered"] == {}
     # The captured patch applies to a pristine copy and gives the gold result.
     subprocess.run(["cp", "-r", f"{task.workspace_dir}/.", str(tmp_path)], check=True)
     run = subprocess.run(["patch", "-p1", "--dry-run"], input=patch, text=True, cwd=tmp_path, capture_output=True)
