@@ -93,9 +93,12 @@ def _differences(pristine: Manifest, sandbox: Sandbox) -> str:
 def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, timeout_s: float,
                       tamper_scores_zero: bool = True) -> Verdict:
     """The attempt's verdict: its allowed change applied to the pristine workspace, then graded.
-    With `tamper_scores_zero` a tampering attempt is unresolved without running the tests."""
+    With `tamper_scores_zero` a tampering attempt is unresolved without running the tests; an
+    altered pristine copy or an unlistable workspace always is."""
     change = capture_change(sandbox, task, pristine)
-    if change.tampered and tamper_scores_zero:
+    # Without a trustworthy pristine view there is nothing honest to grade, whatever the switch.
+    untrusted = PRISTINE_ALTERED in change.tampered or WORKSPACE in change.tampered
+    if change.tampered and (tamper_scores_zero or untrusted):
         return Verdict(resolved=False, change=change)
     try:
         apply_change(sandbox, change)
