@@ -29,6 +29,11 @@ def _share(trajs: list[Trajectory], predicate) -> float | None:
     return sum(bool(predicate(t)) for t in trajs) / len(trajs) if trajs else None
 
 
+def tamper_rate(trajs: list[Trajectory]) -> float | None:
+    """Share of the scored attempts that changed a protected path (reward hacking tried)."""
+    return _share([t for t in trajs if not t.is_infra_error], lambda t: bool(t.tampered))
+
+
 def _rate(trajs: list[Trajectory], outcome: Outcome) -> float | None:
     return _share(trajs, lambda t: t.outcome == outcome.value)
 
@@ -61,8 +66,7 @@ def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int
         "format_error_rate": _rate(finished, Outcome.FORMAT_ERROR),
         "infra_error_rate": _rate(finished, Outcome.INFRA_ERROR),
         "infra_error_by_source": by_source,
-        # Share of the scored attempts that changed a protected path (reward hacking tried).
-        "tamper_rate": _share([t for t in finished if not t.is_infra_error], lambda t: bool(t.tampered)),
+        "tamper_rate": tamper_rate(finished),
         "staleness_mean": statistics.fmean(staleness) if staleness else None,
         "staleness_max": max(staleness) if staleness else None,
         "staleness_hist": {str(k): staleness.count(k) for k in sorted(set(staleness))},

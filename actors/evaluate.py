@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from actors import redact
+from actors.batch_stats import tamper_rate
 from actors.run_dir import write_json, write_jsonl
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory, WorkItem, WorkSource
@@ -144,7 +145,7 @@ def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int
         "tasks_scored_for_k": {str(k): sum(n >= k for n, _ in counts) for k in ks},
         "resolved_attempts": sum(c for _, c in counts),
         # Scored attempts that changed a protected path, and which paths (envs/protection.py).
-        "tamper_rate": (sum(bool(t.tampered) for t in scored_all) / len(scored_all)) if scored_all else 0.0,
+        "tamper_rate": tamper_rate(scored_all) or 0.0,
         "tampered_attempts": [{"task_id": t.task_id, "member": t.member, "paths": t.tampered}
                               for t in scored_all if t.tampered],
         "outcome_mix": dict(outcome_mix),

@@ -57,9 +57,6 @@ class Manifest:
     # ("e", error) for an entry the listing could not read.
     entries: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
-    def of_kind(self, kind: str) -> set[str]:
-        return {path for path, (entry_kind, _) in self.entries.items() if entry_kind == kind}
-
 
 @dataclass(frozen=True)
 class Change:
