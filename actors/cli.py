@@ -74,7 +74,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from actors.bench import run_benchmark
+    from bench.registry import run_benchmark
 
     result = run_benchmark(args.name, load_config(args.config, args.overrides), args.repetitions)
     print(f"[swerve] bench {result['name']}: {result['figure']} = {result['ratio']:.3g} "
@@ -109,7 +109,7 @@ def parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API)"))
     serve.add_argument("--port", type=int, default=30000, help="port on 127.0.0.1 (0 picks a free one)")
     serve.set_defaults(func=_serve)
-    from actors.bench import BENCHMARKS
+    from bench.registry import BENCHMARKS
 
     bench = sub.add_parser("bench", help="run one benchmark; writes bench/results/NAME.json")
     bench.add_argument("name", help="one of: " + " | ".join(sorted(BENCHMARKS)))
@@ -121,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from actors import redact
+    from actors.report import redact
 
     redact.install()  # every command's logs and prints, before anything can print a secret
     top = parser()

@@ -11,13 +11,13 @@ from pathlib import Path
 import ray
 from ray.exceptions import RayActorError
 
-from actors.fault_report import fault_report
+from actors.report.fault_report import fault_report
 from actors.launch import Fleet, init_ray, kill, launch, replace_episode, shutdown, start_episodes
-from actors.metrics_export import MetricsExporter
-from actors.plots import write_plots
+from actors.report.metrics_export import MetricsExporter
+from actors.report.plots import write_plots
 from actors.restart import resume_run, save_run_checkpoint
-from actors.run_dir import RunDir
-from actors.step_report import status_line, step_metrics, update_metrics
+from actors.report.run_dir import RunDir
+from actors.report.step_report import status_line, step_metrics, update_metrics
 from actors.trainer_shard import minibatch_totals
 from actors.trajectory import Batch
 from configs import Config

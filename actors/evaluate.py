@@ -18,9 +18,9 @@ from math import comb
 from pathlib import Path
 from typing import Optional, Sequence
 
-from actors import redact
+from actors.report import redact
 from actors.batch_stats import tamper_rate
-from actors.run_dir import write_json, write_jsonl
+from actors.report.run_dir import write_json, write_jsonl
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory, WorkItem, WorkSource
 from configs import Config

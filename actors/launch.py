@@ -8,7 +8,7 @@ import ray
 from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.checkpoint import PAUSE_ENV
+from policies.checkpoint import PAUSE_ENV
 from actors.engine_router import EngineRouter
 from actors.engine_set import EngineSet
 from actors.remote import (NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call,
@@ -22,8 +22,8 @@ def namespace(cfg: Config) -> str:
 
 
 def _runtime_env() -> dict:
-    # Every worker redacts secrets from its logs and prints, as the driver does (actors/redact.py).
-    env: dict = {"worker_process_setup_hook": "actors.redact.install"}
+    # Every worker redacts secrets from its logs and prints, as the driver does (actors/report/redact.py).
+    env: dict = {"worker_process_setup_hook": "actors.report.redact.install"}
     # The checkpoint-pause test hook acts in the trainer processes, not in the driver's.
     pause_s = os.environ.get(PAUSE_ENV)
     if pause_s:

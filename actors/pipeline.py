@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from actors.run_dir import write_json
+from actors.report.run_dir import write_json
 from actors.significance import paired_delta, stage_interval
 from configs import Config
 

@@ -19,7 +19,7 @@ from actors.engine_actor import EngineActor
 from actors.episode_actor import EpisodeActor
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
-from actors.sim_engine import SimEngine
+from policies.sim_engine import SimEngine
 from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult

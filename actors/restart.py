@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ray
 
-from actors.checkpoint import latest_checkpoint
+from policies.checkpoint import latest_checkpoint
 from actors.launch import Fleet
 
 

@@ -24,25 +24,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
-from actors import checkpoint as ckpt
+from policies import checkpoint as ckpt
 from actors.trajectory import TrainSample
 from configs.schema import TrainerConfig
 from policies.hf_dir import write_hf_dir
 from policies.losses import grpo_loss
 from policies.trainer_backend import backend_class, clip_grad_norm, optimizer_is_sharded, trainable
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+from policies.server.process import free_port
 
 
 def pad_samples(samples: list[TrainSample]) -> dict[str, torch.Tensor]:

@@ -29,7 +29,7 @@ import gymnasium
 
 import envs  # noqa: F401  (registers swerve/SWE-v0)
 from envs.tasks import Task, load_tasks
-from policies.actions import SUBMIT, parse_action
+from envs.actions import SUBMIT, parse_action
 
 DEFAULT_RECOVERY_RATE = 0.3
 _TOKEN = re.compile(r"\w+|\s+|//|\*\*|[<>=!]=|[^\w\s]")

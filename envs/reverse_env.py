@@ -9,7 +9,7 @@ import gymnasium
 
 from envs.outcomes import Outcome
 from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
-from policies.actions import COMMAND, FORMAT_ERROR, parse_action
+from envs.actions import COMMAND, FORMAT_ERROR, parse_action
 
 WORDS = ("gymnasium", "sandbox", "trajectory", "policy", "reward", "staleness", "rollout", "kernel")
 MAX_OBSERVATION_CHARS = 2000

@@ -17,7 +17,7 @@ from envs.sandbox import Sandbox
 from envs.tasks import Task, load_tasks
 from envs.workspace_change import ListingError, Manifest, take_manifest
 from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
-from policies.actions import COMMAND, FORMAT_ERROR, parse_action
+from envs.actions import COMMAND, FORMAT_ERROR, parse_action
 
 log = logging.getLogger(__name__)
 

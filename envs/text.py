@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from gymnasium import spaces
 
-from policies.actions import MAX_REPLY_CHARS
+from envs.actions import MAX_REPLY_CHARS
 
 # Whitespace, printable ASCII and the rest of the Basic Multilingual Plane, less control
 # characters and surrogates: what command output and source code contain in practice.

@@ -2,6 +2,10 @@ import os
 
 import pytest
 
+from configs import load_config
+from policies.model import ensure_model
+from policies.tokenizer import ensure_tokenizer
+
 # Tests build tiny models and tokenizers; keep them out of the user's cache and share them
 # across the session.
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -21,3 +25,19 @@ def ray_session():
              namespace="swerve-tests", log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+# The run-sized tiny model of tests/smoke.yaml; tests/policies overrides these with a smaller one.
+@pytest.fixture(scope="session")
+def tiny_cfg(swerve_cache):
+    return load_config("tests/smoke.yaml", [f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}"])
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(tiny_cfg):
+    return ensure_tokenizer(tiny_cfg.tokenizer)
+
+
+@pytest.fixture(scope="session")
+def model_path(tiny_cfg, tokenizer_path):
+    return ensure_model(tiny_cfg.model, tokenizer_path)

@@ -31,6 +31,7 @@ from policies.megatron.convert import (
 from policies.megatron.model import (
     MegatronOptions, build_gpt_model, load_hf_config, make_layout, read_hf_weights,
 )
+from policies.server.process import free_port
 
 
 class MegatronBackend:
@@ -42,7 +43,7 @@ class MegatronBackend:
                 raise RuntimeError("MegatronBackend: torch.distributed must be initialised by the caller")
             # megatron needs a process group even for one rank; this one is ours to destroy.
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
-                                    init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+                                    init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
             self._own_process_group = True
         if dist.get_world_size() != world_size or dist.get_rank() != rank:
             raise RuntimeError(
@@ -287,14 +288,6 @@ class MegatronBackend:
         if self._own_process_group and dist.is_initialized():
             dist.destroy_process_group()
             self._own_process_group = False
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _all_gather(tensor: torch.Tensor, group) -> List[torch.Tensor]:

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from policies.server import protocol
 from policies.server.scheduler import PromptTooLong, Request, Scheduler
+from policies.server.process import free_port
 
 log = logging.getLogger("swerve.server")
 
@@ -577,12 +578,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"swerve cpu server: error: {error}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     return 0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":

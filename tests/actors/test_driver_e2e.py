@@ -58,7 +58,7 @@ def test_every_engine_serves_latest_version_after_sync(e2e_run):
 
 
 def test_metrics_carry_every_contract_name(e2e_run):
-    from actors.run_dir import METRIC_NAMES
+    from actors.report.run_dir import METRIC_NAMES
 
     _, path, rows, _ = e2e_run
     for r in rows:

@@ -10,7 +10,7 @@ import torch
 
 from actors import engine_actor
 from actors.engine_actor import EngineActor
-from actors.engine_client import EngineClient, EngineUnreachable
+from policies.server.client import EngineClient, EngineUnreachable
 from configs.schema import EngineConfig
 from policies.model import load_model
 from policies.sampler import SampleRequest
@@ -156,7 +156,7 @@ def test_a_server_that_cannot_start_is_a_clear_error(model_path):
 def test_sglang_path_aborts_and_resumes_with_exact_versions(monkeypatch, tmp_path):
     """A server without per-token versions (SGLang) is paused with mode 'abort'; the request
     resumes from its partial output, so every token carries the version that produced it."""
-    fake = os.path.join(os.path.dirname(__file__), "test_engine_client.py")
+    fake = os.path.join(os.path.dirname(os.path.dirname(__file__)), "policies", "server", "test_client.py")
     monkeypatch.setattr(engine_actor, "server_command",
                         lambda cfg, model_path, port: [sys.executable, fake, "--port", str(port)])
     (tmp_path / "config.json").write_text("{}")
@@ -203,7 +203,7 @@ def test_sglang_backend_serves_and_updates_weights(model_path):
 def test_sglang_weight_sync_by_nccl_broadcast(model_path):
     import torch.distributed as dist
 
-    from actors.engine_actor import free_port
+    from policies.server.process import free_port
 
     engine = EngineActor(0, EngineConfig(backend="sglang", max_context_tokens=1024, mem_fraction=0.5), model_path)
     try:
@@ -228,7 +228,7 @@ def test_sglang_weight_sync_by_nccl_broadcast(model_path):
 def test_swerve_serve_runs_a_standalone_cpu_engine(swerve_cache, model_path):
     import subprocess
 
-    from actors.engine_actor import free_port
+    from policies.server.process import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "actors", "serve", "--port", str(port),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from actors.driver import train
-from actors.fault_report import fault_table
+from actors.report.fault_report import fault_table
 from actors.remote import SandboxLease
 from actors.sample_collector import COUNTERS
 from configs import load_config
@@ -18,8 +18,8 @@ from envs.grader import grade
 from envs.outcomes import InfraError, InfraSource
 from envs.tasks import load_tasks
 
-SCRIPT = Path(__file__).parent / "scripts" / "node_loss_run.py"
 REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "node_loss_run.py"
 IDENTITY = COUNTERS[1:]
 # Where each injected fault may show up: a sandbox killed while the grader runs is the grader's.
 SOURCES = {"sandbox_kill": {"sandbox", "grader"}, "sandbox_start_fail": {"sandbox"}, "llm_error": {"engine"},

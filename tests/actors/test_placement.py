@@ -4,8 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).parent / "scripts" / "placement_run.py"
 REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "placement_run.py"
 
 
 def test_roles_are_placed_by_custom_resources(tmp_path, swerve_cache):

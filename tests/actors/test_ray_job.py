@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from actors.sample_collector import COUNTERS
-from actors.torture import free_port, wait_until
+from bench.torture import wait_until
+from policies.server.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -65,7 +65,7 @@ def test_dead_engine_is_replaced_and_serves_the_current_weights(ray_session, mod
 
     import ray
 
-    from actors.engine_client import EngineClient
+    from policies.server.client import EngineClient
     from actors.launch import EngineSet
     from actors.remote import NamedEngines
 

@@ -4,9 +4,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from actors.trainer_shard import TrainerShard, free_port, minibatch_split, minibatch_totals, pad_samples
+from actors.trainer_shard import TrainerShard, minibatch_split, minibatch_totals, pad_samples
 from actors.trajectory import TrainSample
 from configs.schema import TrainerConfig
+from policies.server.process import free_port
 
 
 def samples():

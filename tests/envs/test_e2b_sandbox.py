@@ -227,7 +227,7 @@ print("STARTED", flush=True)
 def test_grading_on_the_pristine_view_holds_in_e2b(make_box, task_by_id):
     """The catalogue's exploits through the e2b backend, and one only a container allows: the
     pristine copy lives in the sandbox, so the agent edits it too (caught by the start listing)."""
-    from actors.tamper_catalogue import CATALOGUE, TASK_ID, TamperAttempt, play
+    from bench.tamper_catalogue import CATALOGUE, TASK_ID, TamperAttempt, play
     from envs.container_sandbox import pristine_path
     from envs.pristine_view import PRISTINE_ALTERED
     from envs.swe_env import SWEEnv

@@ -5,7 +5,7 @@ import pytest
 
 from envs.expert import main, minimal_edit, parse_gold_patch, sed_fix_command, write_traces
 from envs.tasks import load_tasks
-from policies.actions import COMMAND, SUBMIT, parse_action
+from envs.actions import COMMAND, SUBMIT, parse_action
 from policies.sft import read_traces
 
 TASK_IDS = ["datekit-006", "textkit-003", "vecmath-008"]

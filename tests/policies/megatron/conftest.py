@@ -2,16 +2,10 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from policies.server.process import free_port
 
 
 def build_checkpoint(out_dir: str, moe: bool = False, seed: int = 0, **overrides) -> str:

@@ -6,7 +6,6 @@ the run time on 2 cores), so the results are computed once per module.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ from safetensors.torch import load_file
 from policies.logprobs import sequence_logprobs
 from policies.losses import grpo_loss
 from policies.model import load_model
+from policies.server.process import free_port
 
 TOL = 1e-4
 WORKER = os.path.join(os.path.dirname(__file__), "parallel_worker.py")
@@ -105,7 +105,3 @@ def world_dp(tp: int) -> int:
     return 2 // tp
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -15,7 +15,7 @@ from policies.logprobs import sequence_logprobs
 from policies.model import load_model
 from policies.server import protocol
 from policies.server.app import start_server
-from policies.server.bench import measure_throughput
+from bench.engine_throughput import measure_throughput
 
 MAX_CONTEXT = 256
 

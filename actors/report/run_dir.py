@@ -1,0 +1,83 @@
+"""What a run writes under runs/<run.name>/ (the DESIGN.md contract).
+
+Everything written goes through `write_text_atomic`, `write_json` or `write_jsonl`, which blank
+secrets (actors/report/redact.py): a key in the config or in a command's output never reaches a file.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from actors.report import redact
+from configs import Config, to_yaml
+
+METRIC_NAMES = (
+    "step", "step_time_s", "time_actor_update_s", "time_rollout_wait_s", "time_logprob_s",
+    "time_weight_sync_s", "policy_version", "staleness_mean", "staleness_max", "reward_mean",
+    "resolved_rate", "truncated_rate", "format_error_rate", "infra_error_rate", "infra_error_by_source",
+    "tamper_rate",
+    "rollout_traj_per_hour", "tail_fraction", "turns_mean", "tokens_mean", "sandbox_start_p50_s",
+    "engine_kv_usage_max", "engine_busy_fraction", "admitted", "in_flight", "buffered", "dropped_stale", "infra_excluded",
+    "quarantined", "filtered_uniform",
+    # Is RL learning? (README, "Is it learning?")
+    "entropy_mean", "logprob_mismatch_mean", "mismatch_kl", "behavior_kl", "ratio_mean", "ratio_max",
+    "clip_fraction", "tis_mean", "grad_norm", "lr", "advantage_std", "informative_group_fraction",
+    "train_pass_rate",
+)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text`, secrets blanked, replaces `path` at once (readers never see half a file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(redact.redact_text(text))
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    """`obj` as indented JSON, secrets blanked (also strings under secret-named keys)."""
+    write_text_atomic(path, json.dumps(redact.redact(obj), indent=2) + "\n")
+
+
+def write_jsonl(path: Path, rows, mode: str = "w") -> None:
+    """Rows as JSONL, secrets blanked; mode "a" appends."""
+    values = redact.secret_values()
+    with path.open(mode) as f:
+        for row in rows:
+            f.write(json.dumps(redact.redact(row, values)) + "\n")
+
+
+class RunDir:
+    def __init__(self, cfg: Config):
+        self.path = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
+        self.checkpoints = self.path / "checkpoints"
+        # The run's outputs start here: from now on its logs and prints are redacted too.
+        redact.install()
+        (self.path / "trajectories").mkdir(parents=True, exist_ok=True)
+        # Field-wise first (a secret-named field is blanked whatever its value), then as text.
+        write_text_atomic(self.path / "config.yaml", to_yaml(redact.redact(cfg)))
+        self.metrics_path = self.path / "metrics.jsonl"
+        if not cfg.run.resume:
+            self.metrics_path.write_text("")
+
+    def rows(self) -> list[dict]:
+        if not self.metrics_path.exists():
+            return []
+        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+
+    def keep_rows_through(self, step: int) -> None:
+        """On resume: steps after the checkpoint are redone, so their old rows go."""
+        kept = [r for r in self.rows() if r["step"] <= step]
+        write_text_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def write_metrics(self, metrics: dict) -> None:
+        missing = [name for name in METRIC_NAMES if name not in metrics]
+        if missing:
+            raise KeyError(f"metrics row lacks contract names {missing}")
+        write_jsonl(self.metrics_path, [metrics], mode="a")
+
+    def write_accounting(self, accounting: dict) -> None:
+        write_json(self.path / "accounting.json", accounting)
+
+    def write_trajectories(self, step: int, summaries: list[dict]) -> None:
+        write_jsonl(self.path / "trajectories" / f"step_{step:06d}.jsonl", summaries)

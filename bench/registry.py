@@ -1,0 +1,202 @@
+"""`swerve bench NAME`: one benchmark, its JSON in bench/results/NAME.json, and BENCHMARKS.md regenerated.
+
+Every figure is a ratio against a baseline measured in the same run (median of repetitions);
+absolute times are informational. No benchmark asserts anything: targets are reported.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from bench.async_vs_sync import async_vs_sync
+from bench.reliability import reliability
+from bench.scale import scale
+from bench.turn_overhead import turn_overhead
+from configs import Config
+
+RESULTS_DIR = Path("bench/results")
+TABLE = Path("BENCHMARKS.md")
+
+
+def engine_throughput(cfg: Config, repetitions: int) -> dict:
+    """CPU engine tokens/s at concurrency 1, 8, 32 (continuous batching) vs one request at a time."""
+    from policies.model import ensure_model
+    from bench.engine_throughput import measure_throughput
+    from policies.tokenizer import ensure_tokenizer
+
+    model_path = ensure_model(cfg.model, ensure_tokenizer(cfg.tokenizer))
+    runs = [measure_throughput(model_path, (1, 8, 32), torch_threads=cfg.engine.torch_threads)
+            for _ in range(repetitions)]
+    speedup8 = statistics.median(r["speedup"][8] for r in runs)
+    return {
+        "figure": "tokens/s at concurrency 8 / one-at-a-time", "ratio": speedup8, "target": ">= 3.0",
+        "met": speedup8 >= 3.0, "bound": None, "ratio_batched_over_sequential": speedup8,
+        "baseline": statistics.median(r["baseline_tokens_per_s"] for r in runs),
+        "details": {"speedup_median": {c: statistics.median(r["speedup"][c] for r in runs) for c in (8, 32)},
+                    "runs": runs},
+    }
+
+
+def sandbox_start(cfg: Config, repetitions: int) -> dict:
+    """Local lease start p50/p95 at concurrency 1, 16, 64, cold and from the warm pool."""
+    from dataclasses import replace
+
+    from actors.sandbox_actor import SANDBOX_BACKENDS
+    from envs.tasks import load_tasks
+
+    task = load_tasks("builtin", "train")[0]
+    results = {}
+    for mode, pool_size in (("cold", 0), ("warm", 1)):
+        sandbox_cfg = replace(cfg.sandbox, pool_size=pool_size)
+        for concurrency in (1, 16, 64):
+            times = _lease_starts(lambda: SANDBOX_BACKENDS[cfg.sandbox.backend](sandbox_cfg), task, concurrency,
+                                  rounds=repetitions + 1)
+            results[f"{mode}_c{concurrency}"] = {"p50_s": statistics.median(times),
+                                                 "p95_s": sorted(times)[int(0.95 * (len(times) - 1))]}
+    warm, cold = results["warm_c1"]["p50_s"], results["cold_c1"]["p50_s"]
+    return {
+        "figure": "warm / cold lease start p50 at concurrency 1", "ratio": warm / cold, "baseline": cold,
+        "warm_p50_s": warm, "cold_p50_s": cold,
+        "target": "p50 <= 0.020 s warm, <= 0.100 s cold",
+        "met": warm <= 0.020 and cold <= 0.100, "bound": None, "details": results,
+    }
+
+
+def _lease_starts(make, task, concurrency: int, rounds: int) -> list[float]:
+    """Start `concurrency` leases at once, `rounds` times; the first round only warms pools."""
+    sandboxes = [make() for _ in range(concurrency)]
+    times: list[float] = []
+    try:
+        for round_index in range(rounds):
+            lock = threading.Lock()
+
+            def one(sandbox):
+                t0 = time.perf_counter()
+                sandbox.start(task)
+                elapsed = time.perf_counter() - t0
+                with lock:
+                    if round_index:
+                        times.append(elapsed)
+
+            threads = [threading.Thread(target=one, args=(s,)) for s in sandboxes]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            time.sleep(0.2)  # lets a pool refill, as it would between episodes
+    finally:
+        for sandbox in sandboxes:
+            sandbox.close()
+    return times
+
+
+def weight_sync(cfg: Config, repetitions: int) -> dict:
+    """Seconds to push the model's weights into 2 engines (EngineSet.sync: the driver's path) vs 1."""
+    from dataclasses import replace
+
+    import ray
+
+    from actors.engine_set import EngineSet
+    from actors.launch import init_ray, namespace
+    from policies.model import ensure_model, load_model
+    from policies.tokenizer import ensure_tokenizer
+
+    init_ray(cfg)
+    model_path = ensure_model(cfg.model, ensure_tokenizer(cfg.tokenizer))
+    state = {k: v.detach().clone() for k, v in load_model(model_path).state_dict().items()}
+    size_mb = sum(v.numel() * v.element_size() for v in state.values()) / 2**20
+    times: dict = {}
+    for engines in (1, 2):
+        engine_set = EngineSet(replace(cfg.engine, num_engines=engines), model_path, namespace(cfg)).start()
+        try:
+            times[engines] = []
+            for version in range(1, repetitions + 2):
+                started = time.perf_counter()
+                engine_set.sync(ray.put(state), version)  # ray.put included: the driver pays it too
+                if version > 1:  # the first push also warms the engines' weight path
+                    times[engines].append(time.perf_counter() - started)
+        finally:
+            for handle in engine_set.handles:
+                ray.kill(handle)
+    one, two = statistics.median(times[1]), statistics.median(times[2])
+    return {
+        "figure": "weight push to 2 engines / to 1 engine (seconds)", "ratio": two / one, "baseline": one,
+        "bound": None, "target": "2 engines <= 1.5x one (pushes run in parallel)", "met": two <= 1.5 * one,
+        "seconds_two_engines": two, "seconds_one_engine": one, "weights_mb": size_mb,
+        "mb_per_s_two_engines": 2 * size_mb / two, "engine_backend": cfg.engine.backend, "runs": times,
+    }
+
+
+def _reliability_report(result: dict) -> None:
+    from bench.reliability import write_report
+
+    write_report(result)
+
+
+BENCHMARKS: dict[str, Callable[[Config, int], dict]] = {
+    "async_vs_sync": async_vs_sync,
+    "engine_throughput": engine_throughput,
+    "sandbox_start": sandbox_start,
+    "turn_overhead": turn_overhead,
+    "scale": scale,
+    "weight_sync": weight_sync,
+    "reliability": reliability,
+}
+# Benchmarks that also write a report of their own next to the table.
+REPORTS: dict[str, Callable[[dict], None]] = {"reliability": _reliability_report}
+
+
+def run_benchmark(name: str, cfg: Config, repetitions: int) -> dict:
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark '{name}'; available: {', '.join(sorted(BENCHMARKS))}")
+    started = time.perf_counter()
+    result = {"name": name, **BENCHMARKS[name](cfg, repetitions), "repetitions": repetitions,
+              "seconds": time.perf_counter() - started, "machine": _machine(),
+              "date": datetime.date.today().isoformat()}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    write_table()
+    if name in REPORTS:
+        REPORTS[name](result)
+    return result
+
+
+def _machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}"
+
+
+# The figures scripts read from each result, shown in the table's last column.
+KEY_FIGURES = {
+    "async_vs_sync": ("ratio_async_over_sync", "ideal_ratio_over_sync", "efficiency_async_over_ideal",
+                      "trainer_idle_fraction_async", "trainer_idle_fraction_sync"),
+    "sandbox_start": ("warm_p50_s", "cold_p50_s"),
+    "turn_overhead": ("median_s",),
+    "scale": ("concurrent_episodes", "memory_per_episode_mb", "collector_completions_per_s"),
+    "engine_throughput": ("ratio_batched_over_sequential",),
+    "weight_sync": ("seconds_two_engines", "seconds_one_engine"),
+}
+
+
+def write_table() -> None:
+    rows = ["# Benchmarks", "", "Generated by `swerve bench NAME` from `bench/results/*.json`; ratios are against a "
+            "baseline measured in the same run (median of the repetitions).", "",
+            "| benchmark | figure | baseline | ratio | bound | target | met | key figures | machine | date |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(RESULTS_DIR.glob("*.json")):
+        r = json.loads(path.read_text())
+        keys = ", ".join(f"{k} {_num(r[k])}" for k in KEY_FIGURES.get(r["name"], ()) if k in r) or "-"
+        rows.append(f"| {r['name']} | {r['figure']} | {_num(r['baseline'])} | {_num(r['ratio'])} | "
+                    f"{_num(r['bound'])} | {r['target']} | {'yes' if r['met'] else 'no'} | {keys} | {r['machine']} | "
+                    f"{r['date']} |")
+    TABLE.write_text("\n".join(rows) + "\n")
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,120 @@
+"""One inference server process: its command line, its port, its life.
+
+`cpu` runs our server (`python -m policies.server`), `sglang` a real SGLang server. The
+process lives in its own process group and dies with the thread that started it, so an
+engine actor that dies never leaves a server holding a GPU or a port.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Optional
+
+from configs.schema import EngineConfig
+
+LOG_TAIL_CHARS = 4000
+# Only the engine's own actor, on the same node, talks to its server: it listens on loopback
+# (README "Exposing the dashboard and engines safely" says how to reach one from elsewhere).
+ENGINE_HOST = "127.0.0.1"
+
+
+def free_port(host: str = ENGINE_HOST) -> int:
+    """A port the OS just handed out on `host` (free now; the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def weights_root(cfg: EngineConfig) -> str:
+    if cfg.weights_dir:
+        return os.path.expanduser(cfg.weights_dir)
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
+    if cfg.backend == "cpu":
+        cmd = [sys.executable, "-m", "policies.server", "--model-path", model_path,
+               "--host", ENGINE_HOST, "--port", str(port),
+               "--context-length", str(cfg.max_context_tokens),
+               "--max-running-requests", str(cfg.max_batch_size),
+               "--torch-threads", str(cfg.torch_threads),
+               "--prefix-cache-tokens", str(cfg.prefix_cache_tokens),
+               "--weight-version", "0"]
+    elif cfg.backend == "sglang":
+        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
+               "--context-length", str(cfg.max_context_tokens),
+               "--mem-fraction-static", str(cfg.mem_fraction), "--tp-size", str(cfg.tp_size),
+               "--host", ENGINE_HOST, "--port", str(port), "--weight-version", "0"]
+    else:
+        raise ValueError(f"engine.backend '{cfg.backend}' has no server; allowed: cpu, sglang")
+    return cmd + list(cfg.server_args)
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the server gets SIGKILL when the thread that started it exits (the actor dies)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        # No glibc (e.g. musl): close() and the actor's exit still end the server's process group.
+        return
+
+
+class ServerProcess:
+    """One server process in its own process group, started from a thread that lives as long
+    as this process (so PDEATHSIG fires exactly when the actor's process dies)."""
+
+    def __init__(self, cmd: list[str], log_path: str, env: Optional[dict] = None):
+        self.cmd, self.log_path = cmd, log_path
+        self.proc: Optional[subprocess.Popen] = None
+        started = threading.Event()
+        errors: list[BaseException] = []
+
+        def own() -> None:
+            try:
+                with open(log_path, "ab") as out:
+                    self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 start_new_session=True, preexec_fn=_die_with_parent, env=env)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the constructor
+                errors.append(err)
+                started.set()
+                return
+            started.set()
+            self.proc.wait()
+
+        self._owner = threading.Thread(target=own, name="engine-server-owner", daemon=True)
+        self._owner.start()
+        started.wait()
+        if errors:
+            raise errors[0]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - chars))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return "(no server log)"
+
+    def kill(self, grace_s: float = 5.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue

@@ -1,0 +1,58 @@
+"""`swerve bench` writes its JSON and the table; structure only, never timing asserts."""
+import json
+
+from actors.cli import main
+
+
+def test_bench_writes_results_and_table(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "sandbox_start", "--repetitions", "1"]) == 0
+    result = json.loads((tmp_path / "bench" / "results" / "sandbox_start.json").read_text())
+    assert {"figure", "baseline", "ratio", "target", "met", "machine", "date"} <= set(result)
+    assert set(result["details"]) == {f"{m}_c{c}" for m in ("cold", "warm") for c in (1, 16, 64)}
+    table = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "| sandbox_start |" in table
+
+
+def test_unknown_benchmark_names_the_choices(tmp_path, monkeypatch):
+    import pytest
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="engine_throughput"):
+        main(["bench", "nope"])
+
+
+def test_overrides_after_options_are_accepted():
+    from actors.cli import parser
+
+    args, extra = parser().parse_known_args(["bench", "sandbox_start", "--repetitions", "2", "sandbox.pool_size=2"])
+    assert args.name == "sandbox_start" and extra == ["sandbox.pool_size=2"]
+
+
+def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from bench import reliability as bench_reliability
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    # Tiny size: the restart-torture and node-loss scenarios run in their own tests
+    # (test_restart_torture.py, test_faults.py); here the entry point, the fault runs and the catalog.
+    monkeypatch.setattr(bench_reliability, "SCENARIOS", ("faults", "grader", "bad_inputs", "tamper"))
+    assert main(["bench", "reliability", "--config", str(repo / "tests" / "smoke.yaml"), "--repetitions", "1",
+                 f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
+                 "rollout.max_tokens_per_turn=16"]) == 0
+    result = json.loads((tmp_path / "bench" / "results" / "reliability.json").read_text())
+    keys = ("faults_injected", "faults_recovered", "samples_lost", "trained_twice", "bad_inputs_tried",
+            "bad_inputs_refused")
+    assert all(isinstance(result[k], int) for k in keys), result
+    assert result["scenarios"] == ["faults", "grader", "bad_inputs", "tamper"] and result["bad_inputs_tried"] >= 1
+    assert result["tampers_tried"] >= 12 and result["tampers_rewarded"] == 0
+    assert result["tampers_flagged"] == result["tampers_writing"] >= 12
+    assert result["rl_tamper_rate"] == 1.0 and result["rl_tamper_reward_max"] == 0.0
+    grader = result["faults_by_kind"]["grader_crash"]
+    assert grader["injected"] >= 1 and grader["sources"] == {"grader": grader["injected"]}
+    assert result["samples_lost"] == 0 and result["trained_twice"] == 0
+    assert result["faults_recovered"] == result["faults_injected"] >= 1
+    assert "| faults injected |" in (tmp_path / "RELIABILITY.md").read_text()
+    assert "| reliability |" in (tmp_path / "BENCHMARKS.md").read_text()
