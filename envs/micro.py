@@ -229,6 +229,13 @@ def generate(split: str) -> List[MicroTask]:
     return tasks
 
 
+def corpus_texts() -> List[List[str]]:
+    """What the offline tokenizer learns these tasks from (policies.corpus.build_corpus): per
+    train task its issue (first: it starts with the function's name), module and tests. The
+    train split only, so eval text stays unseen."""
+    return [[t.problem_statement, t.files[MODULE], t.files[TEST_MODULE]] for t in generate("train")]
+
+
 def _gold_patch(buggy: str, fixed: str) -> str:
     return "".join(difflib.unified_diff(buggy.splitlines(keepends=True), fixed.splitlines(keepends=True),
                                         fromfile=f"a/{MODULE}", tofile=f"b/{MODULE}"))
