@@ -19,12 +19,11 @@ def _train(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     """A standalone CPU engine on 127.0.0.1 (SGLang's native API) for the configured model."""
-    from policies.model import ensure_model
+    from actors.policy_setup import ensure_policy
     from policies.server.app import serve
-    from policies.tokenizer import ensure_tokenizer
 
     cfg = load_config(args.config, args.overrides)
-    model_path = ensure_model(cfg.model, ensure_tokenizer(cfg.tokenizer))
+    _, model_path = ensure_policy(cfg)
     print(f"[swerve] serving {model_path} on http://127.0.0.1:{args.port}", flush=True)
     serve(model_path, host="127.0.0.1", port=args.port, max_batch_size=cfg.engine.max_batch_size,
           max_context_tokens=cfg.engine.max_context_tokens, torch_threads=cfg.engine.torch_threads)
@@ -33,17 +32,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _sft(args: argparse.Namespace) -> int:
     """Supervised fine-tuning on OpenAI-style `messages` traces; writes an HF model directory."""
-    from policies.model import ensure_model
+    from actors.policy_setup import ensure_policy
     from policies.sft import run_sft
-    from policies.tokenizer import ensure_tokenizer
 
     overrides = [*args.overrides, *([f"sft.data={args.data}"] if args.data else []),
                  *([f"sft.out_dir={args.out}"] if args.out else [])]
     cfg = load_config(args.config, overrides)
     if not cfg.sft.data or not cfg.sft.out_dir:
         raise ConfigError("sft needs --data FILE (sft.data) and --out DIR (sft.out_dir)")
-    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
-    model_path = ensure_model(cfg.model, tokenizer_path)
+    tokenizer_path, model_path = ensure_policy(cfg)
     summary = run_sft(model_path, tokenizer_path, cfg.sft.data, cfg.sft.out_dir, cfg.sft)
     print(f"[swerve] sft done: {cfg.sft.out_dir} (use model.path={cfg.sft.out_dir}); "
           f"loss {summary['losses'][0]:.3f} -> {summary['losses'][-1]:.3f}")

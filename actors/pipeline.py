@@ -46,16 +46,14 @@ def rl_task_ids(train_ids: Sequence[str], traced_ids: Sequence[str], unseen_only
 def run_pipeline(cfg: Config) -> dict:
     from actors.driver import train
     from actors.evaluate import evaluate
+    from actors.policy_setup import ensure_policy
     from envs.expert import write_traces
     from envs.tasks import load_tasks
-    from policies.model import ensure_model
     from policies.sft import run_sft
-    from policies.tokenizer import ensure_tokenizer
 
     root = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
     root.mkdir(parents=True, exist_ok=True)
-    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
-    base_model = cfg.model.path or ensure_model(cfg.model, tokenizer_path)
+    tokenizer_path, base_model = ensure_policy(cfg)
     reports: dict[str, dict] = {}
     policy = base_model
     train_ids = [t.id for t in load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)]

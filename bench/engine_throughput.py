@@ -150,10 +150,8 @@ def measure_throughput(
 if __name__ == "__main__":
     import json
 
-    from configs.schema import ModelConfig, TokenizerConfig
-    from policies.model import ensure_model
-    from policies.tokenizer import ensure_tokenizer
+    from actors.policy_setup import ensure_policy
+    from configs import Config
 
-    path = sys.argv[1] if len(sys.argv) > 1 else ensure_model(
-        ModelConfig(), ensure_tokenizer(TokenizerConfig()))
+    path = sys.argv[1] if len(sys.argv) > 1 else ensure_policy(Config())[1]
     print(json.dumps(measure_throughput(path), indent=2))

@@ -27,11 +27,10 @@ TABLE = Path("BENCHMARKS.md")
 
 def engine_throughput(cfg: Config, repetitions: int) -> dict:
     """CPU engine tokens/s at concurrency 1, 8, 32 (continuous batching) vs one request at a time."""
-    from policies.model import ensure_model
+    from actors.policy_setup import ensure_policy
     from bench.engine_throughput import measure_throughput
-    from policies.tokenizer import ensure_tokenizer
 
-    model_path = ensure_model(cfg.model, ensure_tokenizer(cfg.tokenizer))
+    _, model_path = ensure_policy(cfg)
     runs = [measure_throughput(model_path, (1, 8, 32), torch_threads=cfg.engine.torch_threads)
             for _ in range(repetitions)]
     speedup8 = statistics.median(r["speedup"][8] for r in runs)
@@ -105,11 +104,11 @@ def weight_sync(cfg: Config, repetitions: int) -> dict:
 
     from actors.engine_set import EngineSet
     from actors.launch import init_ray, namespace
-    from policies.model import ensure_model, load_model
-    from policies.tokenizer import ensure_tokenizer
+    from actors.policy_setup import ensure_policy
+    from policies.model import load_model
 
     init_ray(cfg)
-    model_path = ensure_model(cfg.model, ensure_tokenizer(cfg.tokenizer))
+    _, model_path = ensure_policy(cfg)
     state = {k: v.detach().clone() for k, v in load_model(model_path).state_dict().items()}
     size_mb = sum(v.numel() * v.element_size() for v in state.values()) / 2**20
     times: dict = {}

@@ -138,12 +138,10 @@ def _feed(collector, seconds: float, name: str) -> int:
 def scale(cfg: Config, repetitions: int) -> dict:
     from actors.launch import init_ray
     from envs.validate import trainable_tasks
-    from policies.model import ensure_model
-    from policies.tokenizer import ensure_tokenizer
+    from actors.policy_setup import ensure_policy
 
     init_ray(cfg)
-    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
-    model_path = ensure_model(cfg.model, tokenizer_path)
+    tokenizer_path, model_path = ensure_policy(cfg)
     tasks = trainable_tasks(cfg.tasks)[0]
     levels: list[dict] = []
     skipped: list[int] = []

@@ -1,15 +1,16 @@
 """Built-in text the offline tokenizer is trained on.
 
 The BPE merges should fit what the agent actually reads and writes: shell commands,
-Python source, pytest output and English issue text. The generator is deterministic
-(fixed seed, no hash-ordered containers) so the same config always yields the same
-tokenizer and the same cache key.
+Python source, pytest output and English issue text, and the texts of the tasks it will be
+trained on. Those come in as an argument (`build_corpus(task_texts)`): policies never import
+envs, so whoever knows both (actors/policy_setup.py) hands `envs.micro.corpus_texts()` across.
+The generator is deterministic (fixed seed, no hash-ordered containers) so the same texts
+always yield the same corpus, the same tokenizer and the same cache key.
 """
 from __future__ import annotations
 
-import functools
 import random
-from typing import List
+from typing import List, Sequence
 
 # Bump when the generator changes, so cached tokenizers are rebuilt.
 CORPUS_VERSION = 2
@@ -161,13 +162,14 @@ def _reply(rng: random.Random) -> str:
     return f"THOUGHT: {thought}\n\n```bash\n{_command(rng)}\n```"
 
 
-def _micro_task(rng: random.Random) -> str:
-    """Text of a generated training task (envs/micro.py: issue, module, tests) or of the
-    commands and outputs that solve one: the embedded default reads and writes exactly these."""
-    task = rng.choice(_micro_train_tasks())
-    name = task.problem_statement.split(" ", 1)[0]
+def _task_document(rng: random.Random, tasks: Sequence[Sequence[str]]) -> str:
+    """A task's own text (issue, module, tests) or a command or output that solves one: what
+    the agent reads and writes on those tasks. The issue is each task's first text and starts
+    with the name of the function to fix."""
+    texts = rng.choice(tasks)
+    name = texts[0].split(" ", 1)[0]
     return rng.choice([
-        task.problem_statement, task.files["mod.py"], task.files["test_mod.py"],
+        *texts,
         f"```bash\ngrep -n -A{rng.randint(1, 6)} 'def {name}(' mod.py\n```",
         "```bash\npython -m pytest -q --tb=no test_mod.py\n```",
         f"exit code: 1\ntest_mod.py {rng.choice(['.F.', 'F.', '.F', 'F..'])}\n"
@@ -178,14 +180,14 @@ def _micro_task(rng: random.Random) -> str:
     ])
 
 
-@functools.lru_cache(maxsize=1)
-def _micro_train_tasks() -> tuple:
-    from envs.micro import generate
-
-    return tuple(generate("train"))  # the train split only: eval text stays unseen
-
-
-def build_corpus() -> List[str]:
+def build_corpus(task_texts: Sequence[Sequence[str]]) -> List[str]:
+    """The tokenizer's training documents: generated shell, Python, pytest and issue text, and
+    `task_texts`, one entry per task: its texts, the issue first (envs.micro.corpus_texts())."""
+    tasks = [list(texts) for texts in task_texts]
+    if not tasks or any(not texts for texts in tasks):
+        raise ValueError("build_corpus: pass the training tasks' texts, one non-empty list per task, "
+                         "the issue first (e.g. envs.micro.corpus_texts())")
     rng = random.Random(_SEED)
-    makers = [_command, _python, _pytest_output, _issue, _reply, _prose, _micro_task]
+    makers = [_command, _python, _pytest_output, _issue, _reply, _prose,
+              lambda r: _task_document(r, tasks)]
     return [rng.choice(makers)(rng) for _ in range(_NUM_DOCUMENTS)]

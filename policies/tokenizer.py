@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import Sequence
 
 import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -29,9 +30,12 @@ CHAT_TEMPLATE = (
 )
 
 
-def ensure_tokenizer(cfg: TokenizerConfig) -> str:
+def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]]) -> str:
     """Return a directory AutoTokenizer can load, training and caching one if needed.
 
+    `task_texts` (one list of texts per training task, the issue first; see
+    policies.corpus.build_corpus) join the corpus; unused when cfg.path names a tokenizer.
+    The cache key holds the corpus's hash, so other texts train (and cache) another tokenizer.
     The built-in corpus runs out of merges near 5,500 tokens, so a larger vocab_size
     yields a smaller vocabulary; the model is sized by len(tokenizer), never by the config.
     """
@@ -41,7 +45,7 @@ def ensure_tokenizer(cfg: TokenizerConfig) -> str:
                 f"tokenizer.path: no tokenizer directory at {cfg.path!r}; set tokenizer.path to a directory "
                 "holding tokenizer.json or tokenizer_config.json, or leave it empty to train the tiny tokenizer")
         return cfg.path
-    corpus = build_corpus()
+    corpus = build_corpus(task_texts)
     key = content_hash({
         "kind": "byte_level_bpe",
         "vocab_size": cfg.vocab_size,

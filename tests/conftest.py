@@ -2,9 +2,8 @@ import os
 
 import pytest
 
+from actors.policy_setup import ensure_policy
 from configs import load_config
-from policies.model import ensure_model
-from policies.tokenizer import ensure_tokenizer
 
 # Tests build tiny models and tokenizers; keep them out of the user's cache and share them
 # across the session.
@@ -34,10 +33,15 @@ def tiny_cfg(swerve_cache):
 
 
 @pytest.fixture(scope="session")
-def tokenizer_path(tiny_cfg):
-    return ensure_tokenizer(tiny_cfg.tokenizer)
+def tiny_policy(tiny_cfg) -> tuple[str, str]:
+    return ensure_policy(tiny_cfg)
 
 
 @pytest.fixture(scope="session")
-def model_path(tiny_cfg, tokenizer_path):
-    return ensure_model(tiny_cfg.model, tokenizer_path)
+def tokenizer_path(tiny_policy):
+    return tiny_policy[0]
+
+
+@pytest.fixture(scope="session")
+def model_path(tiny_policy):
+    return tiny_policy[1]

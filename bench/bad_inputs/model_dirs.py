@@ -27,7 +27,8 @@ def _tokenizer_missing(tmp_dir: Path) -> ProbeResult:
     from configs.schema import TokenizerConfig
     from policies.tokenizer import ensure_tokenizer
 
-    return _refused(lambda: ensure_tokenizer(TokenizerConfig(path=str(tmp_dir / "no-tokenizer"))))
+    # No task texts: a tokenizer.path is used as it is, never trained.
+    return _refused(lambda: ensure_tokenizer(TokenizerConfig(path=str(tmp_dir / "no-tokenizer")), ()))
 
 
 def _model_empty(tmp_dir: Path) -> ProbeResult:

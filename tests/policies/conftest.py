@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from configs.schema import ModelConfig, TokenizerConfig
+from envs.micro import corpus_texts
 from policies.model import ensure_model, load_model
 from policies.tokenizer import ensure_tokenizer, load_tokenizer
 
@@ -35,8 +36,14 @@ def cache_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def tokenizer_path(cache_dir) -> str:
-    return ensure_tokenizer(TokenizerConfig(cache_dir=cache_dir, vocab_size=TINY_VOCAB_SIZE))
+def task_texts() -> list[list[str]]:
+    """What the run's tokenizer learns the tasks from (actors.policy_setup hands the same across)."""
+    return corpus_texts()
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(cache_dir, task_texts) -> str:
+    return ensure_tokenizer(TokenizerConfig(cache_dir=cache_dir, vocab_size=TINY_VOCAB_SIZE), task_texts)
 
 
 @pytest.fixture(scope="session")

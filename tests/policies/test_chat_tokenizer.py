@@ -62,10 +62,10 @@ RICH_TEMPLATE = """{{ bos_token }}
 
 
 @pytest.fixture(scope="module")
-def dirs(swerve_cache, tmp_path_factory):
+def dirs(swerve_cache, tmp_path_factory, task_texts):
     """Tokenizer and model directories as ensure_tokenizer/ensure_model build them, plus a rich-template copy."""
-    actor_tokenizer = ensure_tokenizer(TokenizerConfig(cache_dir=swerve_cache))
-    small_tokenizer = ensure_tokenizer(TokenizerConfig(cache_dir=swerve_cache, vocab_size=512))
+    actor_tokenizer = ensure_tokenizer(TokenizerConfig(cache_dir=swerve_cache), task_texts)
+    small_tokenizer = ensure_tokenizer(TokenizerConfig(cache_dir=swerve_cache, vocab_size=512), task_texts)
     model = ensure_model(ModelConfig(cache_dir=swerve_cache), actor_tokenizer)
     # The template in tokenizer_config.json (no chat_template.jinja), and a bos token tokenizer.json lacks.
     rich = tmp_path_factory.mktemp("rich-template")

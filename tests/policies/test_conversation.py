@@ -96,7 +96,7 @@ def test_mismatched_lengths_are_rejected(tokenizer):
         conversation.append_generation([1, 2], [0.0], [0, 0])
 
 
-def test_many_corpus_turns_match_chat_template(tokenizer):
+def test_many_corpus_turns_match_chat_template(tokenizer, task_texts):
     # A generation that starts with whitespace may pre-tokenize differently after
     # "assistant\n" than alone; such ids are kept as generated (tested above), not compared.
     import random
@@ -104,7 +104,7 @@ def test_many_corpus_turns_match_chat_template(tokenizer):
     from policies.corpus import build_corpus
 
     rng = random.Random(1)
-    texts = build_corpus()[:400]
+    texts = build_corpus(task_texts)[:400]
     conversation = Conversation(tokenizer, SYSTEM, rng.choice(texts))
     for turn in range(12):
         reply = rng.choice([t for t in texts if not t[0].isspace()])

@@ -66,11 +66,11 @@ def test_reload_gives_identical_logits(model_path, model):
         assert torch.equal(model(ids).logits, load_model(model_path)(ids).logits)
 
 
-def test_default_config_sizes_build(tmp_path):
+def test_default_config_sizes_build(tmp_path, task_texts):
     from configs.schema import TokenizerConfig
     from policies.tokenizer import ensure_tokenizer
 
-    tokenizer_path = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path)))
+    tokenizer_path = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path)), task_texts)
     model = load_model(ensure_model(ModelConfig(cache_dir=str(tmp_path)), tokenizer_path))
     assert model.config.vocab_size == TokenizerConfig().vocab_size
     assert model.config.hidden_size == ModelConfig().hidden_size

@@ -11,12 +11,12 @@ from policies.tokenizer import IM_END, IM_START, PAD_TOKEN, ensure_tokenizer, lo
 
 
 def test_explicit_path_is_returned(tmp_path):
-    assert ensure_tokenizer(TokenizerConfig(path=str(tmp_path))) == str(tmp_path)
+    assert ensure_tokenizer(TokenizerConfig(path=str(tmp_path)), ()) == str(tmp_path)
 
 
 def test_missing_path_names_the_key(tmp_path):
     with pytest.raises(FileNotFoundError, match="tokenizer.path"):
-        ensure_tokenizer(TokenizerConfig(path=str(tmp_path / "nope")))
+        ensure_tokenizer(TokenizerConfig(path=str(tmp_path / "nope")), ())
 
 
 def test_trained_tokenizer_has_vocab_and_special_tokens(tokenizer):
@@ -57,23 +57,23 @@ def test_chat_template(tokenizer):
     assert not without.endswith("assistant\n")
 
 
-def test_deterministic_and_cached(tmp_path, tokenizer_path):
+def test_deterministic_and_cached(tmp_path, tokenizer_path, task_texts):
     cfg = TokenizerConfig(cache_dir=str(tmp_path), vocab_size=512)
-    path = ensure_tokenizer(cfg)
+    path = ensure_tokenizer(cfg, task_texts)
     assert os.path.basename(path) == os.path.basename(tokenizer_path)
     with open(os.path.join(path, "tokenizer.json")) as a, \
             open(os.path.join(tokenizer_path, "tokenizer.json")) as b:
         assert a.read() == b.read()
     mtime = os.path.getmtime(path)
     start_s = time.monotonic()
-    assert ensure_tokenizer(cfg) == path
+    assert ensure_tokenizer(cfg, task_texts) == path
     assert time.monotonic() - start_s < 1.0
     assert os.path.getmtime(path) == mtime
 
 
-def test_vocab_size_changes_cache_key(tmp_path):
-    small = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300))
-    large = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=400))
+def test_vocab_size_changes_cache_key(tmp_path, task_texts):
+    small = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300), task_texts)
+    large = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=400), task_texts)
     assert small != large
     assert len(load_tokenizer(small)) == 300
 
@@ -82,8 +82,8 @@ def test_concurrent_builders_agree(tmp_path):
     # Real processes racing on one cache dir: all get the same complete directory.
     script = (
         "import sys; from configs.schema import TokenizerConfig; "
-        "from policies.tokenizer import ensure_tokenizer; "
-        "print(ensure_tokenizer(TokenizerConfig(cache_dir=sys.argv[1], vocab_size=320)))"
+        "from envs.micro import corpus_texts; from policies.tokenizer import ensure_tokenizer; "
+        "print(ensure_tokenizer(TokenizerConfig(cache_dir=sys.argv[1], vocab_size=320), corpus_texts()))"
     )
     repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     procs = [
@@ -98,3 +98,8 @@ def test_concurrent_builders_agree(tmp_path):
     path = paths.pop()
     assert os.listdir(tmp_path / "tokenizers") == [os.path.basename(path)]  # no temp dirs left
     assert len(load_tokenizer(path)) == 320
+
+
+def test_other_task_texts_train_another_tokenizer(tmp_path, task_texts):
+    cfg = TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300)
+    assert ensure_tokenizer(cfg, task_texts) != ensure_tokenizer(cfg, task_texts[:50])
