@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test run clean
+.PHONY: setup test test-fast run clean
 
 setup: $(STAMP)
 
@@ -16,8 +16,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The full suite (what CI runs).
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).
+test-fast: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 run: setup
 	$(VENV)/bin/swerve pipeline --config configs/default.yaml

@@ -1,18 +1,21 @@
 """The training loop. Everything else is an actor; this file is the whole story of a step:
 
-    batch = collector.next_batch()  ->  trainer shards train_step(batch)  ->  push weights  ->  version += 1
+    batch = collector.next_batch()  ->  trainer shards train_step(batch)  ->  push weights  ->  tell the version
+
+The trainer owns the policy version (it counts updates and checkpoints the count); the driver
+reads it from each update and tells the engines and the collector.
 """
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 
 import ray
-from ray.exceptions import RayActorError
 
 from actors.report.fault_report import fault_report
-from actors.launch import Fleet, init_ray, kill, launch, replace_episode, shutdown, start_episodes
+from actors.faults import EngineKills
+from actors.launch import Fleet, init_ray, kill, launch, reap_episodes, shutdown, start_episodes
+from actors.policy_setup import ensure_policy
 from actors.report.metrics_export import MetricsExporter
 from actors.report.plots import write_plots
 from actors.restart import resume_run, save_run_checkpoint
@@ -22,8 +25,6 @@ from actors.trainer_shard import minibatch_totals
 from actors.trajectory import Batch
 from configs import Config
 from envs.validate import trainable_tasks
-from policies.model import ensure_model
-from policies.tokenizer import ensure_tokenizer
 
 
 def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batch:
@@ -33,15 +34,7 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
         if batch is not None:
             return batch
         fleet.engine_set.maybe_replace_dead()  # a dead engine comes back with the current weights
-        finished, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=0)
-        for ref in finished:
-            index = fleet.episode_runs.index(ref)
-            try:
-                ray.get(ref)
-            except RayActorError as err:  # its process or node died: the run goes on without that work
-                replace_episode(fleet, cfg, index, str(err))
-                continue
-            # An episode loop only ends early by crashing (a RayTaskError above surfaces its error).
+        if reap_episodes(fleet, cfg):  # dead episode actors are replaced; one that returned is a bug
             raise RuntimeError("episode actors stopped before the run ended")
         if time.monotonic() >= next_status:
             acc = ray.get(fleet.collector.accounting.remote())
@@ -56,7 +49,7 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
 
 def train_on_batch(fleet: Fleet, batch: Batch, minibatches: int) -> dict:
     # Tensor-parallel peers share a data-parallel rank and so get the same samples.
-    layout = ray.get([t.dp_rank_and_size.remote() for t in fleet.trainers])
+    layout = fleet.trainer_layout
     tokens, rows = minibatch_totals(batch.samples, layout[0][1], minibatches)
     stats = ray.get([t.train_step.remote(batch.samples[rank::size], batch.temperature, tokens, rows)
                      for t, (rank, size) in zip(fleet.trainers, layout)])
@@ -72,13 +65,12 @@ def sync_weights(fleet: Fleet, version: int) -> tuple[list[int], float]:
 def train(cfg: Config) -> Path:
     run_dir = RunDir(cfg)
     init_ray(cfg)
-    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
-    model_path = ensure_model(cfg.model, tokenizer_path)
+    tokenizer_path, model_path = ensure_policy(cfg)
     tasks, quarantined = trainable_tasks(cfg.tasks)
     fleet = launch(cfg, model_path, tasks)
     exporter = MetricsExporter(cfg.run.name)
     step = version = 0
-    fault_rng = random.Random(cfg.run.seed * 65537 + 1)  # faults.engine_kill_rate draws
+    engine_kills = EngineKills(cfg.faults.engine_kill_rate, cfg.run.seed * 65537 + 1)
     try:
         if cfg.run.resume:
             step, version, readmitted = resume_run(fleet, run_dir.checkpoints)
@@ -93,12 +85,11 @@ def train(cfg: Config) -> Path:
         while step < cfg.trainer.total_steps:
             step += 1
             t_step = time.perf_counter()
-            if cfg.faults.engine_kill_rate and fault_rng.random() < cfg.faults.engine_kill_rate:
-                fleet.engine_set.inject_kill()  # rollouts are generating now: the kill lands mid-generation
+            engine_kills.maybe_kill(fleet.engine_set)  # rollouts are generating now: a kill lands mid-generation
             batch = wait_for_batch(fleet, cfg, exporter)
             time_rollout_wait_s = time.perf_counter() - t_step
             update = train_on_batch(fleet, batch, cfg.trainer.minibatches)
-            version += 1
+            version = update["version"]
             t_sync = time.perf_counter()
             engine_versions, time_export_s = sync_weights(fleet, version)
             time_weight_sync_s = time.perf_counter() - t_sync

@@ -8,7 +8,6 @@ its weights yet holds requests until it has, so it never serves stale weights).
 """
 from __future__ import annotations
 
-import random
 import time
 from typing import Callable, Optional, Sequence
 
@@ -26,21 +25,17 @@ class EngineRouter:
     REVIVE_INTERVAL_S = 1.0
     REVIVE_PROBE_S = 2.0
 
-    def __init__(self, engines: Sequence, call: Call, llm_error_rate: float = 0.0, seed: int = 0,
-                 lookup: Optional[Lookup] = None):
+    def __init__(self, engines: Sequence, call: Call, lookup: Optional[Lookup] = None):
         if not engines:
             raise ValueError("no engines: set engine.num_engines >= 1")
         self.engines = list(engines)
         self.call = call
         self.lookup = lookup
-        self.llm_error_rate = llm_error_rate  # fault injection (faults.llm_error_rate)
-        self._rng = random.Random(seed)
         self._sticky: dict[str, int] = {}
         self._outstanding = [0] * len(self.engines)
         self._next_lookup = [0.0] * len(self.engines)
         self.dead: set[int] = set()
         self.revived = 0
-        self.faults_injected: dict[str, int] = {"llm_error": 0}
 
     def _call(self, index: int, method: str, *args):
         try:
@@ -87,9 +82,6 @@ class EngineRouter:
         index = self._sticky.get(sticky_key)
         if index is None or index in self.dead:
             index = self._sticky[sticky_key] = self._pick()
-        if self.llm_error_rate and self._rng.random() < self.llm_error_rate:
-            self.faults_injected["llm_error"] += 1
-            raise InfraError(InfraSource.ENGINE, "injected LLM call error (faults.llm_error_rate)")
         self._outstanding[index] += 1
         try:
             return self._call(index, "generate", request)

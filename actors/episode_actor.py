@@ -8,10 +8,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from typing import Optional
 
 import gymnasium
 
 import envs  # noqa: F401 - registers the swerve/* environments with gymnasium
+from actors.faults import FaultPlan
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory, WorkItem
 from configs.schema import EnvConfig, RolloutConfig
@@ -25,16 +27,18 @@ log = logging.getLogger(__name__)
 
 class EpisodeActor:
     def __init__(self, index: int, rollout: RolloutConfig, env_cfg: EnvConfig, tokenizer_path: str,
-                 engines, collector, sandbox):
-        """engines: an EngineRouter; collector: a SampleCollector (or its proxy); sandbox: a Sandbox."""
+                 engines, collector, sandbox, faults: Optional[FaultPlan] = None):
+        """engines: an EngineRouter; collector: a SampleCollector (or its proxy); sandbox: a Sandbox;
+        faults: the injection plan when faults.* is set (actors/faults.py wraps engines and sandbox)."""
         self.name = f"episode-{index}"
         self.cfg = rollout
         self.env_cfg = env_cfg
         self.tokenizer = load_chat_tokenizer(tokenizer_path)
         self.stop_ids = (self.tokenizer.convert_tokens_to_ids("<|im_end|>"),)
-        self.engines = engines
+        self.fault_plan = faults
+        self.engines = faults.wrap_router(engines) if faults else engines
         self.collector = collector
-        self.sandbox = sandbox
+        self.sandbox = faults.wrap_sandbox(sandbox) if faults else sandbox
         self.env = gymnasium.make(env_cfg.id, **env_cfg.kwargs)
         self.episodes = 0
         # Per injected fault kind: how many, how many ended their episode as infra_error (so were
@@ -55,11 +59,7 @@ class EpisodeActor:
         return {"actor": self.name, "episodes": self.episodes, **({"faults": self.faults} if self.faults else {})}
 
     def _faults_injected(self) -> Counter:
-        """Faults injected so far by the parts that inject them (router, sandbox lease), by kind."""
-        total: Counter = Counter()
-        for part in (self.engines, self.sandbox):
-            total.update(getattr(part, "faults_injected", {}))
-        return total
+        return Counter(self.fault_plan.injected) if self.fault_plan else Counter()
 
     def _record_faults(self, injected: Counter, traj: Trajectory) -> None:
         for kind, count in injected.items():

@@ -83,6 +83,7 @@ class EvalQueue(WorkSource):
         self.total = len(self.pending)
         self.max_infra_retries = max_infra_retries
         self.in_flight: dict[tuple, WorkItem] = {}
+        self.holder: dict[tuple, str] = {}  # who runs each in-flight item (see abandon)
         self.final: list[Trajectory] = []  # one per (task, attempt): scored, or infra after retries
         self.infra_reruns = 0
         self._rng = rng
@@ -90,12 +91,24 @@ class EvalQueue(WorkSource):
     def acquire(self, worker: str = "") -> Optional[WorkItem] | str:
         if self.pending:
             item = self.pending.popleft()
-            self.in_flight[(item.group_id, item.member, item.attempt)] = item
+            key = (item.group_id, item.member, item.attempt)
+            self.in_flight[key], self.holder[key] = item, worker
             return item
         return STOP if not self.in_flight else None
 
+    def abandon(self, worker: str, source: str, reason: str) -> int:
+        """The worker died: what it held ends as infra_error(source), re-run like any infra error."""
+        keys = [key for key, holder in self.holder.items() if holder == worker]
+        for key in keys:
+            item = self.in_flight[key]
+            self.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
+                                   outcome=Outcome.INFRA_ERROR.value, infra_source=source, error=reason[:2000]))
+        return len(keys)
+
     def submit(self, traj: Trajectory) -> None:
-        item = self.in_flight.pop((traj.group_id, traj.member, traj.attempt))
+        key = (traj.group_id, traj.member, traj.attempt)
+        item = self.in_flight.pop(key)
+        self.holder.pop(key, None)
         if traj.is_infra_error and traj.attempt < self.max_infra_retries:
             self.infra_reruns += 1
             self.pending.appendleft(dataclasses.replace(item, attempt=item.attempt + 1,
@@ -217,13 +230,9 @@ def evaluate(cfg: Config) -> dict:
     """Run the evaluation described by cfg.eval on local Ray; returns eval.json's content."""
     import ray
 
-    from actors.engine_router import EngineRouter
-    from actors.engine_set import EngineSet
-    from actors.launch import init_ray, namespace
-    from actors.remote import NamedEngines, Proxy, RemoteEpisode, SandboxLease, engine_call
+    from actors.launch import init_ray, kill, launch_eval, namespace, reap_episodes, start_episodes
+    from actors.policy_setup import ensure_policy
     from envs.tasks import load_tasks
-    from policies.model import ensure_model
-    from policies.tokenizer import ensure_tokenizer
 
     if cfg.eval.attempts < 1:
         raise ValueError(f"eval.attempts is {cfg.eval.attempts}; it must be at least 1")
@@ -234,43 +243,28 @@ def evaluate(cfg: Config) -> dict:
         raise ValueError(f"no tasks in {cfg.tasks.source!r}, split {cfg.eval.split!r}")
     dest = out_dir(cfg)
     init_ray(cfg)
-    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
-    model_path = ensure_model(cfg.model, tokenizer_path)
+    tokenizer_path, model_path = ensure_policy(cfg)
     ns = f"{namespace(cfg)}-eval"  # apart from a training run of the same name
     rollout = dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature)
     queue = ray.remote(EvalQueue).options(name="eval-queue", namespace=ns, num_cpus=0).remote(
         tasks, cfg.eval.attempts, cfg.rollout.max_infra_retries, cfg.eval.seed)
-    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource).start()
-    num_actors = min(cfg.rollout.num_episode_actors, len(tasks) * cfg.eval.attempts)
-    episodes = []
+    fleet = launch_eval(cfg, model_path, ns, queue, rollout)
     try:
-        episodes = [
-            RemoteEpisode.options(name=f"eval-episode-{i}", namespace=ns, num_cpus=0).remote(
-                i, rollout, cfg.env, tokenizer_path,
-                EngineRouter(engine_set.handles, engine_call, cfg.faults.llm_error_rate,
-                             seed=cfg.eval.seed * 7919 + i, lookup=NamedEngines(ns)),
-                Proxy(queue),
-                SandboxLease(i, cfg.sandbox, cfg.faults, ns, seed=cfg.eval.seed * 104729 + i,
-                             resource=cfg.ray.sandbox_resource))
-            for i in range(num_actors)]
-        runs = [e.run.remote() for e in episodes]
+        start_episodes(fleet, cfg, tokenizer_path, min(cfg.rollout.num_episode_actors, len(tasks) * cfg.eval.attempts))
         next_status = time.monotonic() + cfg.run.status_interval_s
-        while True:
-            done, _ = ray.wait(runs, num_returns=len(runs), timeout=cfg.rollout.poll_interval_s * 10)
-            if len(done) == len(runs):
-                ray.get(done)  # an episode loop that crashed surfaces here
-                break
-            engine_set.maybe_replace_dead()
+        # Dead episode actors are replaced (their attempts re-run as infra errors), as in training.
+        while reap_episodes(fleet, cfg) < len(fleet.episode_runs):
+            fleet.engine_set.maybe_replace_dead()
             if time.monotonic() >= next_status:
                 p = ray.get(queue.progress.remote())
                 print(f"[swerve] eval: {p['done']}/{p['total']} attempts done, {p['in_flight']} running, "
                       f"{p['infra_reruns']} infra re-runs", flush=True)
                 next_status += cfg.run.status_interval_s
+            time.sleep(cfg.rollout.poll_interval_s * 10)
         trajectories = ray.get(queue.results.remote())
         progress = ray.get(queue.progress.remote())
     finally:
-        for actor in [*episodes, queue, *engine_set.handles]:
-            ray.kill(actor)
+        kill(fleet)
     model_name = cfg.eval.model_name or cfg.model.path or "swerve-tiny"
     report = {
         "model_name_or_path": model_name,

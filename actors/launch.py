@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 import ray
 from ray.exceptions import RayActorError
@@ -10,10 +11,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from policies.checkpoint import PAUSE_ENV
 from actors.engine_router import EngineRouter
+from actors.faults import FaultPlan
 from actors.engine_set import EngineSet
 from actors.remote import (NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call,
                            placement, remote_trainer)
 from configs import Config
+from configs.schema import RolloutConfig
 from envs.outcomes import InfraSource
 
 
@@ -46,13 +49,21 @@ def init_ray(cfg: Config) -> None:
 
 @dataclass
 class Fleet:
+    """Every actor of a run (training, evaluation or a benchmark), built by the functions below.
+    `collector` is the work source: the SampleCollector in training, the EvalQueue in eval."""
     engine_set: EngineSet
     trainers: list
     collector: object
     episodes: list
     episode_runs: list
+    namespace: str = ""
+    rollout: Optional[RolloutConfig] = None  # what the episode actors run with (eval: its temperature)
+    episode_prefix: str = "episode"
+    seed: int = 0
     tokenizer_path: str = ""
     episode_replacements: int = 0
+    # (data-parallel rank, size) of each trainer shard, read once at launch.
+    trainer_layout: list = field(default_factory=list)
 
     @property
     def engines(self) -> list:
@@ -63,45 +74,57 @@ class Fleet:
         return [*self.episodes, self.collector, *self.engines, *self.trainers]
 
 
-def _opts(cfg: Config, name: str, resource: str = "") -> dict:
+def _opts(namespace_: str, name: str, resource: str = "") -> dict:
     # The CPU spine schedules by memory, not cores: actors sleep most of the time.
-    return {"name": name, "namespace": namespace(cfg), "num_cpus": 0, **placement(resource)}
+    return {"name": name, "namespace": namespace_, "num_cpus": 0, **placement(resource)}
 
 
 def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True) -> Fleet:
     """Engines, trainer shards (joined in one process group) and the collector; no episodes yet,
     so a resumed run can restore the collector before any work is handed out. Without trainers:
     the rollout side alone (`swerve bench scale`)."""
-    engine_set = EngineSet(cfg.engine, model_path, namespace(cfg), cfg.ray.engine_resource).start()
+    ns = namespace(cfg)
+    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource).start()
     world = cfg.trainer.num_shards if with_trainers else 0
-    trainers = [remote_trainer().options(**_opts(cfg, f"trainer-{r}", cfg.ray.trainer_resource)).remote(
+    trainers = [remote_trainer().options(**_opts(ns, f"trainer-{r}", cfg.ray.trainer_resource)).remote(
         r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)]
+    layout = []
     if trainers:
         addr, port = ray.get(trainers[0].rendezvous_address.remote())
         ray.get([t.join.remote(addr, port) for t in trainers])
+        layout = ray.get([t.dp_rank_and_size.remote() for t in trainers])
     # The books live on the driver's node: losing that node is losing the driver, which the
     # checkpoint/resume path covers; any other node may go (its actors are replaced).
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    collector = RemoteCollector.options(**_opts(cfg, "collector"), scheduling_strategy=here).remote(
+    collector = RemoteCollector.options(**_opts(ns, "collector"), scheduling_strategy=here).remote(
         cfg.rollout, tasks, [t.id for t in tasks], cfg.run.seed)
-    return Fleet(engine_set, trainers, collector, [], [])
+    return Fleet(engine_set, trainers, collector, [], [], namespace=ns, rollout=cfg.rollout, seed=cfg.run.seed,
+                 trainer_layout=layout)
+
+
+def launch_eval(cfg: Config, model_path: str, ns: str, queue, rollout: RolloutConfig) -> Fleet:
+    """The evaluation's fleet: engines and the eval queue as the work source; no trainers."""
+    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource).start()
+    return Fleet(engine_set, [], queue, [], [], namespace=ns, rollout=rollout, episode_prefix="eval-episode",
+                 seed=cfg.eval.seed)
 
 
 def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
-    ns, seed = namespace(cfg), cfg.run.seed + generation * 1_000_003
+    seed = fleet.seed + generation * 1_000_003
     label = f"{i}-g{generation}" if generation else str(i)
-    return RemoteEpisode.options(**_opts(cfg, f"episode-{label}")).remote(
-        i, cfg.rollout, cfg.env, fleet.tokenizer_path,
-        EngineRouter(fleet.engines, engine_call, cfg.faults.llm_error_rate, seed=seed * 7919 + i,
-                     lookup=NamedEngines(ns)),
+    faults = FaultPlan.for_episode(cfg.faults, seed * 7919 + i)
+    return RemoteEpisode.options(**_opts(fleet.namespace, f"{fleet.episode_prefix}-{label}")).remote(
+        i, fleet.rollout, cfg.env, fleet.tokenizer_path,
+        EngineRouter(fleet.engines, engine_call, lookup=NamedEngines(fleet.namespace)),
         Proxy(fleet.collector),
-        SandboxLease(i, cfg.sandbox, cfg.faults, ns, seed=seed * 104729 + i, resource=cfg.ray.sandbox_resource,
-                     label=label))
+        SandboxLease(i, cfg.sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label),
+        faults)
 
 
-def start_episodes(fleet: Fleet, cfg: Config, tokenizer_path: str) -> None:
+def start_episodes(fleet: Fleet, cfg: Config, tokenizer_path: str, count: Optional[int] = None) -> None:
     fleet.tokenizer_path = tokenizer_path
-    fleet.episodes = [_episode(fleet, cfg, i, 0) for i in range(cfg.rollout.num_episode_actors)]
+    count = cfg.rollout.num_episode_actors if count is None else count
+    fleet.episodes = [_episode(fleet, cfg, i, 0) for i in range(count)]
     fleet.episode_runs = [e.run.remote() for e in fleet.episodes]
 
 
@@ -117,8 +140,26 @@ def replace_episode(fleet: Fleet, cfg: Config, i: int, reason: str) -> int:
     fleet.episode_replacements += 1
     fleet.episodes[i] = _episode(fleet, cfg, i, fleet.episode_replacements)
     fleet.episode_runs[i] = fleet.episodes[i].run.remote()
-    print(f"[swerve] episode-{i} died ({reason.splitlines()[0][:120]}); replaced, {held} items re-run", flush=True)
+    print(f"[swerve] {fleet.episode_prefix}-{i} died ({reason.splitlines()[0][:120]}); replaced, {held} items re-run",
+          flush=True)
     return held
+
+
+def reap_episodes(fleet: Fleet, cfg: Config) -> int:
+    """Replace every episode actor that died; returns how many episode loops ended normally
+    (their run() returned: in training only after stop, in eval when the queue is empty). A loop
+    that crashed (a RayTaskError, not a death) surfaces its error here."""
+    finished, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=0)
+    ended = 0
+    for ref in finished:
+        index = fleet.episode_runs.index(ref)
+        try:
+            ray.get(ref)
+        except RayActorError as err:  # its process or node died: the run goes on without that work
+            replace_episode(fleet, cfg, index, str(err))
+            continue
+        ended += 1
+    return ended
 
 
 def shutdown(fleet: Fleet, grace_s: float) -> list:

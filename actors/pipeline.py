@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from actors.report.run_dir import write_json
-from actors.significance import paired_delta, stage_interval
+from actors.report.significance import paired_delta, stage_interval
 from configs import Config
 
 
@@ -94,7 +94,7 @@ def _summarize(cfg: Config, root: Path, reports: dict[str, dict]) -> dict:
     seed = cfg.eval.seed
     intervals = {stage: stage_interval(report, seed=seed) for stage, report in reports.items()}
     stages = list(reports)
-    # Each stage against the one before it, paired task by task (actors/significance.py).
+    # Each stage against the one before it, paired task by task (actors/report/significance.py).
     deltas = {f"{after}_minus_{before}": paired_delta(reports[before], reports[after], seed=seed)
               for before, after in zip(stages, stages[1:])}
     summary = {

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
-from collections import Counter
 from typing import Optional
 
 import ray
@@ -20,7 +18,7 @@ from actors.episode_actor import EpisodeActor
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
 from policies.sim_engine import SimEngine
-from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
+from configs.schema import EngineConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
 
@@ -127,27 +125,16 @@ class SandboxLease:
     # Room above the command's own timeout before the caller gives up on the actor.
     RPC_MARGIN_S = 30.0
 
-    def __init__(self, index: int, cfg: SandboxConfig, faults: FaultsConfig, namespace: str, seed: int,
-                 resource: str = "", label: str = ""):
-        self.index, self.cfg, self.faults, self.namespace = index, cfg, faults, namespace
+    def __init__(self, index: int, cfg: SandboxConfig, namespace: str, resource: str = "", label: str = ""):
+        self.index, self.cfg, self.namespace = index, cfg, namespace
         self.label = label or str(index)  # names its actors: a replaced episode's lease needs fresh names
         self.resource = resource
-        self._rng = random.Random(seed)
         self._handle = None
         self.generation = 0
-        # Injected faults by kind (faults.*); the episode actor checks each ended as infra_error.
-        self.faults_injected: Counter = Counter()
         # Calls that failed as InfraError, and the last of them: an env may swallow one (e.g. while
         # capturing a patch), and the episode actor still must not score that episode.
         self.failures = 0
         self.last_failure: Optional[InfraError] = None
-
-    @property
-    def kills_injected(self) -> int:
-        return self.faults_injected["sandbox_kill"]
-
-    def _inject(self, rate: float) -> bool:
-        return bool(rate) and self._rng.random() < rate
 
     def _actor(self):
         if self._handle is None:
@@ -161,10 +148,6 @@ class SandboxLease:
 
     def _call(self, method: str, *args, timeout_s: Optional[float] = None):
         handle = self._actor()
-        if self._inject(self.faults.sandbox_kill_rate):
-            # faults.sandbox_kill_rate: the actor dies under this very call, as a crash would.
-            self.faults_injected["sandbox_kill"] += 1
-            ray.kill(handle)
         try:
             return ray_call(handle, method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
         except InfraError as err:
@@ -174,18 +157,13 @@ class SandboxLease:
             self.last_failure = err
             raise
 
-    def start(self, task) -> None:
-        if self._inject(self.faults.sandbox_start_fail_rate):
-            self.faults_injected["sandbox_start_fail"] += 1
-            raise InfraError(InfraSource.SANDBOX, "injected sandbox start failure (faults.sandbox_start_fail_rate)")
-        self._call("start", task, timeout_s=self.RPC_MARGIN_S + self.cfg.command_timeout_s)
+    def kill(self) -> None:
+        """End the sandbox actor as a crash would (fault injection, actors/faults.py): the call
+        under way or the next one fails as infra_error(sandbox), the next start replaces it."""
+        ray.kill(self._actor())
 
-    def grader_crash(self) -> None:
-        """Called by the grader before its test run (faults.grader_crash_rate): the sandbox actor is
-        killed, so the tests die under the grader as they would if its process crashed."""
-        if self._handle is not None and self._inject(self.faults.grader_crash_rate):
-            self.faults_injected["grader_crash"] += 1
-            ray.kill(self._handle)
+    def start(self, task) -> None:
+        self._call("start", task, timeout_s=self.RPC_MARGIN_S + self.cfg.command_timeout_s)
 
     def exec(self, command: str, timeout_s: Optional[float] = None) -> ExecResult:
         limit_s = (timeout_s or self.cfg.command_timeout_s) + self.RPC_MARGIN_S

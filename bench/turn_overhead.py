@@ -14,7 +14,6 @@ import time
 from dataclasses import replace
 
 from configs import Config
-from configs.schema import FaultsConfig
 
 EXTRA_TURNS = 20
 CALLS = 50  # per part, per repetition
@@ -41,20 +40,18 @@ def turn_overhead(cfg: Config, repetitions: int) -> dict:
     from envs.validate import trainable_tasks
     from policies.chat_tokenizer import load_chat_tokenizer
     from policies.conversation import Conversation
-    from policies.model import ensure_model
+    from actors.policy_setup import ensure_policy
     from policies.sample_types import SampleRequest
-    from policies.tokenizer import ensure_tokenizer
 
     init_ray(cfg)
     ns = namespace(cfg)
-    tokenizer_path = ensure_tokenizer(cfg.tokenizer)
-    model_path = ensure_model(cfg.model, tokenizer_path)
+    tokenizer_path, model_path = ensure_policy(cfg)
     task = trainable_tasks(cfg.tasks)[0][0]
     sim = replace(cfg.engine.sim, step_base_s=0.0, step_per_request_s=0.0, cap_fraction=1.0, command="true",
                   tokens_per_turn_min=24, tokens_per_turn_max=24)
     engine = create_engine(replace(cfg.engine, backend="sim", sim=sim), 0, model_path, ns)
-    router = EngineRouter([engine], engine_call, seed=0, lookup=NamedEngines(ns))
-    lease = SandboxLease(0, cfg.sandbox, FaultsConfig(), ns, seed=0, label="turn-bench")  # no injected faults
+    router = EngineRouter([engine], engine_call, lookup=NamedEngines(ns))
+    lease = SandboxLease(0, cfg.sandbox, ns, label="turn-bench")  # no fault plan: nothing injected
     local = LocalSandbox(cfg.sandbox)
     episodes = {turns: EpisodeActor(0, replace(cfg.rollout, max_turns=turns, max_tokens_per_turn=64,
                                                max_total_tokens=32768, max_episode_seconds=600.0),

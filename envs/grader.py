@@ -67,10 +67,6 @@ def _apply_test_patch(sandbox: Sandbox, task: Task, timeout_s: float) -> None:
 def grade(sandbox: Sandbox, task: Task, timeout_s: float) -> GradeResult:
     tests = list(dict.fromkeys(task.fail_to_pass + task.pass_to_pass))
     command = " ".join([task.test_command, *(shlex.quote(node_id) for node_id in tests)])
-    # Fault injection seam (faults.grader_crash_rate, see actors.remote.SandboxLease): a plain sandbox has none.
-    crash = getattr(sandbox, "grader_crash", None)
-    if crash is not None:
-        crash()
     try:
         for path, content in task.test_files:
             sandbox.write_file(path, content)

@@ -38,7 +38,11 @@ def update_metrics(layout: list[tuple[int, int]], stats: list[dict]) -> dict:
         return total(num) / total(den) if total(den) else None
 
     measured = [s for s in shards if "ratio_mean" in s]
+    versions = {s["version"] for s in stats}
+    if len(versions) != 1:
+        raise RuntimeError(f"trainer shards disagree on the policy version after an update: {sorted(versions)}")
     return {
+        "version": versions.pop(),  # the trainer's count: the one owner of the policy version
         "time_actor_update_s": max(s["time_actor_update_s"] for s in stats),
         "time_logprob_s": max(s["time_logprob_s"] for s in stats),
         "loss": total("loss"),  # each shard's loss is already over the global token count

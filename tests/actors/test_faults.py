@@ -10,6 +10,7 @@ import pytest
 
 from actors.driver import train
 from actors.report.fault_report import fault_table
+from actors.faults import FaultPlan
 from actors.remote import SandboxLease
 from actors.sample_collector import COUNTERS
 from configs import load_config
@@ -68,13 +69,15 @@ def test_every_fault_kind_ends_as_infra_error_and_is_rerun(ray_session, swerve_c
 
 def test_grader_crash_is_an_infra_error_of_the_grader(ray_session, capsys):
     task = load_tasks("builtin", "train")[0]
-    lease = SandboxLease(0, SandboxConfig(pool_size=0), FaultsConfig(grader_crash_rate=1.0), "swerve-tests",
-                         seed=1)
-    lease.start(task)
+    lease = SandboxLease(0, SandboxConfig(pool_size=0), "swerve-tests")
+    plan = FaultPlan.for_episode(FaultsConfig(grader_crash_rate=1.0), seed=1)
+    faulty = plan.wrap_sandbox(lease)
+    faulty.start(task)
+    faulty.exec("true")  # an ordinary command is not the grader's: nothing is injected
+    assert plan.injected["grader_crash"] == 0
     with pytest.raises(InfraError) as err:
-        grade(lease, task, timeout_s=60)
-    assert err.value.source == InfraSource.GRADER and lease.faults_injected["grader_crash"] == 1
-    lease.faults = FaultsConfig()
+        grade(faulty, task, timeout_s=60)
+    assert err.value.source == InfraSource.GRADER and plan.injected == {"grader_crash": 1}
     lease.start(task)  # the re-run gets a fresh sandbox actor and is graded normally
     assert grade(lease, task, timeout_s=60).exit_code != 0  # the task's bug is still there
     lease.close()

@@ -2,6 +2,7 @@
 import pytest
 
 from actors.engine_router import EngineRouter
+from actors.faults import FaultPlan
 from actors.remote import RemoteEngine, SandboxLease, engine_call
 from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
@@ -11,13 +12,13 @@ from policies.sampler import SampleRequest
 
 def test_killed_sandbox_is_an_infra_error_and_is_replaced(ray_session):
     task = load_tasks("builtin", "train")[0]
-    lease = SandboxLease(0, SandboxConfig(), FaultsConfig(), "swerve-tests-lease", seed=0)
+    lease = SandboxLease(0, SandboxConfig(), "swerve-tests-lease")
     lease.start(task)
-    lease.faults = FaultsConfig(sandbox_kill_rate=1.0)
+    plan = FaultPlan.for_episode(FaultsConfig(sandbox_kill_rate=1.0), seed=0)
     with pytest.raises(InfraError) as err:
-        lease.exec("ls")
-    assert err.value.source == InfraSource.SANDBOX and lease.kills_injected == 1
-    lease.faults = FaultsConfig()
+        plan.wrap_sandbox(lease).exec("ls")
+    assert err.value.source == InfraSource.SANDBOX and plan.injected == {"sandbox_kill": 1}
+    assert lease.failures == 1
     lease.start(task)  # a fresh actor
     assert lease.generation == 2
     result = lease.exec("ls")
@@ -46,9 +47,12 @@ def test_injected_llm_errors_are_engine_infra_errors(model_path):
     from actors.engine_actor import EngineActor
     from actors.engine_router import local_call
 
-    router = EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call, llm_error_rate=1.0)
+    plan = FaultPlan.for_episode(FaultsConfig(llm_error_rate=1.0), seed=0)
+    router = plan.wrap_router(EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call))
     with pytest.raises(InfraError, match="injected"):
         router.generate(SampleRequest([1, 2], 2), "k")
+    assert plan.injected == {"llm_error": 1}
+    assert FaultPlan.for_episode(FaultsConfig(), seed=0) is None  # no rate set: no wrapper at all
 
 
 def _perturbed(model_path):

@@ -1,6 +1,6 @@
 import pytest
 
-from actors.significance import bootstrap_mean, paired_delta, per_task_pass_at_1, stage_interval
+from actors.report.significance import bootstrap_mean, paired_delta, per_task_pass_at_1, stage_interval
 
 
 def report(resolved_by_task, n=4):
