@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from envs.outcomes import Outcome
+from policies.sample_types import TrainSample  # the trainer's input, defined where policies/ can use it
 
 
 @dataclass(frozen=True)
@@ -74,16 +75,6 @@ class Trajectory:
             "tampered": dict(self.tampered),
             "messages": self.messages,
         }
-
-
-@dataclass
-class TrainSample:
-    token_ids: list[int]
-    loss_mask: list[int]
-    behavior_logprobs: list[float]
-    advantage: float
-    # Policy version that generated each token (the trainer compares log-probs at its own version).
-    versions: list[int] = field(default_factory=list)
 
 
 @dataclass

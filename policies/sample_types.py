@@ -1,4 +1,5 @@
-"""What an engine is asked and answers, free of torch: episode actors and routers import only this."""
+"""What an engine is asked and answers, and what the trainer learns from, free of torch:
+episode actors, routers and the collector import only this."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,3 +25,14 @@ class SampleOutput:
     logprobs: List[float] = field(default_factory=list)
     versions: List[int] = field(default_factory=list)
     finish_reason: str = FINISH_LENGTH  # FINISH_STOP | FINISH_LENGTH
+
+
+@dataclass
+class TrainSample:
+    """One trajectory as the trainer sees it (policies.trainer.pad_samples pads a batch of them)."""
+    token_ids: List[int]
+    loss_mask: List[int]
+    behavior_logprobs: List[float]
+    advantage: float
+    # Policy version that generated each token (the trainer compares log-probs at its own version).
+    versions: List[int] = field(default_factory=list)
