@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, List, Sequence
 
 from envs.builtin.suite import DEFAULT_CACHE_DIR, TEST_COMMAND, materialize
+from envs.minimal_edit import minimal_edit
 from envs.tasks import Task
 
 SPLIT_SIZES = {"train": 300, "eval": 100}
@@ -166,8 +167,6 @@ def _names(rng: random.Random, parity: int, avoid: str = "") -> str:
 
 
 def _one(task_id: str, family: str, rng: random.Random, easy: bool, parity: int) -> MicroTask | None:
-    from envs.expert import minimal_edit
-
     template = rng.choice([t for t in TEMPLATES if t.family == family])
     names = dict(zip(("v0", "v1", "v2"), rng.sample(_VARS, 3)))
     k = template.constant(rng)
