@@ -21,10 +21,10 @@ from actors.report.plots import write_plots
 from actors.restart import resume_run, save_run_checkpoint
 from actors.report.run_dir import RunDir
 from actors.report.step_report import status_line, step_metrics, update_metrics
-from actors.trainer_shard import minibatch_totals
 from actors.trajectory import Batch
 from configs import Config
 from envs.validate import trainable_tasks
+from policies.trainer import minibatch_totals
 
 
 def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batch:

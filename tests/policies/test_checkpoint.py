@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from policies import checkpoint as ckpt
-from actors.trainer_shard import TrainerShard
-from actors.trajectory import TrainSample
 from configs.schema import TrainerConfig
+from policies import checkpoint as ckpt
+from policies.sample_types import TrainSample
+from policies.trainer import Trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,9 +30,9 @@ def fixed_batch(step: int) -> list[TrainSample]:
     return batch
 
 
-def step(shard, n):
+def step(trainer, n):
     batch = fixed_batch(n)
-    return shard.train_step(batch, 1.0, sum(sum(s.loss_mask) for s in batch))
+    return trainer.train_step(batch, 1.0, sum(sum(s.loss_mask) for s in batch))
 
 
 def config(**overrides):
@@ -40,16 +40,16 @@ def config(**overrides):
 
 
 def test_resumed_run_continues_exactly(model_path, tmp_path):
-    straight = TrainerShard(0, 1, config(), model_path, seed=0)
+    straight = Trainer(config(), model_path, seed=0)
     expected = [step(straight, n) for n in range(1, 5)]
 
-    first = TrainerShard(0, 1, config(), model_path, seed=0)
+    first = Trainer(config(), model_path, seed=0)
     for n in (1, 2):
         step(first, n)
     path = first.save_checkpoint(str(tmp_path / "ckpt"), 2, extra={"collector": {"admitted": 7}})
     first.close()
 
-    resumed = TrainerShard(0, 1, config(), model_path, seed=5)
+    resumed = Trainer(config(), model_path, seed=5)
     info = resumed.load_checkpoint(str(tmp_path / "ckpt"))
     assert info == {"step": 2, "version": 2, "extra": {"collector": {"admitted": 7}}, "path": path}
     got = [step(resumed, n) for n in (3, 4)]
@@ -57,54 +57,54 @@ def test_resumed_run_continues_exactly(model_path, tmp_path):
     for ours, theirs in zip(got, expected[2:]):
         assert abs(ours["loss"] - theirs["loss"]) < 1e-5
         assert abs(ours["grad_norm"] - theirs["grad_norm"]) < 1e-5
-    for name, value in straight.hf_state_dict().items():
-        torch.testing.assert_close(resumed.hf_state_dict()[name], value, rtol=0, atol=1e-6)
+    for name, value in straight.backend.hf_state_dict().items():
+        torch.testing.assert_close(resumed.backend.hf_state_dict()[name], value, rtol=0, atol=1e-6)
 
 
 def test_rng_states_are_restored(model_path, tmp_path):
-    shard = TrainerShard(0, 1, config(), model_path, seed=0)
-    shard.save_checkpoint(str(tmp_path), 1)
+    trainer = Trainer(config(), model_path, seed=0)
+    trainer.save_checkpoint(str(tmp_path), 1)
     draws = (random.random(), np.random.rand(), torch.rand(3))
-    other = TrainerShard(0, 1, config(), model_path, seed=99)
+    other = Trainer(config(), model_path, seed=99)
     other.load_checkpoint(str(tmp_path))
     assert random.random() == draws[0] and np.random.rand() == draws[1]
     assert torch.equal(torch.rand(3), draws[2])
 
 
 def test_keeps_the_last_k_and_resaves_a_step(model_path, tmp_path):
-    shard = TrainerShard(0, 1, config(keep_checkpoints=2), model_path, seed=0)
+    trainer = Trainer(config(keep_checkpoints=2), model_path, seed=0)
     for n in range(1, 5):
-        step(shard, n)
-        shard.save_checkpoint(str(tmp_path), n)
-    shard.save_checkpoint(str(tmp_path), 4, extra={"again": True})
+        step(trainer, n)
+        trainer.save_checkpoint(str(tmp_path), n)
+    trainer.save_checkpoint(str(tmp_path), 4, extra={"again": True})
     assert sorted(os.listdir(tmp_path)) == ["step-00000003", "step-00000004"]
     assert ckpt.latest_checkpoint(str(tmp_path)).endswith("step-00000004")
-    assert shard.load_checkpoint(str(tmp_path))["extra"] == {"again": True}
-    assert shard.load_checkpoint(str(tmp_path / "step-00000003"))["version"] == 3
+    assert trainer.load_checkpoint(str(tmp_path))["extra"] == {"again": True}
+    assert trainer.load_checkpoint(str(tmp_path / "step-00000003"))["version"] == 3
 
 
 def test_missing_or_foreign_checkpoint_is_an_error(model_path, tmp_path):
-    shard = TrainerShard(0, 1, config(), model_path, seed=0)
+    trainer = Trainer(config(), model_path, seed=0)
     with pytest.raises(FileNotFoundError):
-        shard.load_checkpoint(str(tmp_path))
-    path = shard.save_checkpoint(str(tmp_path), 1)
+        trainer.load_checkpoint(str(tmp_path))
+    path = trainer.save_checkpoint(str(tmp_path), 1)
     meta = ckpt.read_meta(path)
     ckpt.write_json({**meta, "backend": "megatron"})(os.path.join(path, ckpt.META))
     with pytest.raises(ValueError, match="megatron"):
-        shard.load_checkpoint(path)
+        trainer.load_checkpoint(path)
 
 
 _KILLED_MID_SAVE = textwrap.dedent("""
     import sys, time
     from policies import checkpoint as ckpt
-    from actors.trainer_shard import TrainerShard
     from configs.schema import TrainerConfig
+    from policies.trainer import Trainer
     from tests.policies.test_checkpoint import step
 
     model_path, root, mode = sys.argv[1:4]
-    shard = TrainerShard(0, 1, TrainerConfig(lr=1e-3), model_path, seed=0)
-    step(shard, 1)
-    shard.save_checkpoint(root, 1, extra={"step": 1})
+    trainer = Trainer(TrainerConfig(lr=1e-3), model_path)
+    step(trainer, 1)
+    trainer.save_checkpoint(root, 1, extra={"step": 1})
     print("SAVED", flush=True)
     if mode == "stall":
         fsync = ckpt.fsync_file
@@ -114,8 +114,8 @@ _KILLED_MID_SAVE = textwrap.dedent("""
             time.sleep(600)
         ckpt.fsync_file = stalled
     for n in range(2, 1000):
-        step(shard, n)
-        shard.save_checkpoint(root, n, extra={"step": n})
+        step(trainer, n)
+        trainer.save_checkpoint(root, n, extra={"step": n})
 """)
 
 
@@ -144,10 +144,10 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint(model_path, tmp_pa
     finally:
         proc.kill()
     assert os.path.isdir(os.path.join(root, ".tmp-step-00000002"))  # the half-written save
-    shard = TrainerShard(0, 1, config(), model_path, seed=0)
-    info = shard.load_checkpoint(root)
+    trainer = Trainer(config(), model_path, seed=0)
+    info = trainer.load_checkpoint(root)
     assert (info["step"], info["version"], info["extra"]) == (1, 1, {"step": 1})
-    shard.save_checkpoint(root, 2)  # the next save clears the debris
+    trainer.save_checkpoint(root, 2)  # the next save clears the debris
     assert sorted(os.listdir(root)) == ["step-00000001", "step-00000002"]
 
 
@@ -161,6 +161,6 @@ def test_sigkill_at_a_random_moment_of_repeated_saves(model_path, tmp_path):
         proc.wait(timeout=30)
     finally:
         proc.kill()
-    shard = TrainerShard(0, 1, config(), model_path, seed=0)
-    info = shard.load_checkpoint(root)
+    trainer = Trainer(config(), model_path, seed=0)
+    info = trainer.load_checkpoint(root)
     assert info["extra"] == {"step": info["step"]} and info["version"] == info["step"] >= 1

@@ -1,29 +1,29 @@
-"""trainer.backend=sim: the shard's real step, checkpoint and export over one scalar; a step costs sim_step_s."""
+"""trainer.backend=sim: the trainer's real step, checkpoint and weights over one scalar; a step costs sim_step_s."""
 import time
 
 import pytest
 import torch
 
-from actors.trainer_shard import TrainerShard
-from actors.trajectory import TrainSample
 from configs.schema import TrainerConfig
+from policies.sample_types import TrainSample
 from policies.sim_backend import PARAMETER, SimBackend
+from policies.trainer import Trainer
 
 SAMPLES = [TrainSample([1, 5, 9, 12], [0, 0, 1, 1], [0.0, 0.0, -1.0, -1.0], 1.0),
            TrainSample([3, 4], [0, 1], [0.0, -1.0], -1.0)]
 
 
 def test_a_step_takes_the_calibrated_time_and_moves_the_version(model_path, tmp_path):
-    shard = TrainerShard(0, 1, TrainerConfig(backend="sim", sim_step_s=0.3, lr=0.1), model_path, seed=0)
+    trainer = Trainer(TrainerConfig(backend="sim", sim_step_s=0.3, lr=0.1), model_path)
     started = time.perf_counter()
-    stats = shard.train_step(SAMPLES, 1.0, 3)
+    stats = trainer.train_step(SAMPLES, 1.0, 3)
     assert time.perf_counter() - started >= 0.3  # a lower bound: the sleep is the step
     assert stats["version"] == 1 and stats["time_actor_update_s"] >= 0.3 and stats["loss"] != 0.0
-    assert set(shard.export_weights()["state_dict"]) == {PARAMETER}
-    shard.save_checkpoint(str(tmp_path / "ckpt"), 1, {"collector": {}})
-    resumed = TrainerShard(0, 1, TrainerConfig(backend="sim", sim_step_s=0.0), model_path, seed=0)
+    assert set(trainer.backend.hf_state_dict()) == {PARAMETER}
+    trainer.save_checkpoint(str(tmp_path / "ckpt"), 1, {"collector": {}})
+    resumed = Trainer(TrainerConfig(backend="sim", sim_step_s=0.0), model_path)
     assert resumed.load_checkpoint(str(tmp_path / "ckpt"))["version"] == 1
-    assert torch.equal(resumed.hf_state_dict()[PARAMETER], shard.hf_state_dict()[PARAMETER])
+    assert torch.equal(resumed.backend.hf_state_dict()[PARAMETER], trainer.backend.hf_state_dict()[PARAMETER])
 
 
 def test_logprobs_have_the_real_backends_shape():
