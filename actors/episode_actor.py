@@ -10,13 +10,11 @@ import time
 from collections import Counter
 from typing import Optional
 
-import gymnasium
-
-import envs  # noqa: F401 - registers the swerve/* environments with gymnasium
 from actors.faults import FaultPlan
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory, WorkItem
-from configs.schema import EnvConfig, RolloutConfig
+from configs.schema import EnvConfig, RolloutConfig, SandboxConfig
+from envs.make import make_env
 from envs.outcomes import InfraError, InfraSource, Outcome
 from policies.conversation import Conversation
 from policies.sample_types import SampleRequest
@@ -26,20 +24,22 @@ log = logging.getLogger(__name__)
 
 
 class EpisodeActor:
-    def __init__(self, index: int, rollout: RolloutConfig, env_cfg: EnvConfig, tokenizer_path: str,
-                 engines, collector, sandbox, faults: Optional[FaultPlan] = None):
-        """engines: an EngineRouter; collector: a SampleCollector (or its proxy); sandbox: a Sandbox;
+    def __init__(self, index: int, rollout: RolloutConfig, env_cfg: EnvConfig, sandbox_cfg: SandboxConfig,
+                 tokenizer_path: str, engines, collector, sandbox, faults: Optional[FaultPlan] = None):
+        """sandbox_cfg: the run's sandbox section (the env runs every command under its
+        command_timeout_s); engines: an EngineRouter; collector: a SampleCollector (or its proxy); sandbox: a Sandbox;
         faults: the injection plan when faults.* is set (actors/faults.py wraps engines and sandbox)."""
         self.name = f"episode-{index}"
         self.cfg = rollout
         self.env_cfg = env_cfg
+        self.sandbox_cfg = sandbox_cfg
         self.tokenizer = load_chat_tokenizer(tokenizer_path)
         self.stop_ids = (self.tokenizer.convert_tokens_to_ids("<|im_end|>"),)
         self.fault_plan = faults
         self.engines = faults.wrap_router(engines) if faults else engines
         self.collector = collector
         self.sandbox = faults.wrap_sandbox(sandbox) if faults else sandbox
-        self.env = gymnasium.make(env_cfg.id, **env_cfg.kwargs)
+        self.env = make_env(env_cfg, sandbox_cfg)
         self.episodes = 0
         # Per injected fault kind: how many, how many ended their episode as infra_error (so were
         # excluded and re-run), and the infra sources they showed up as.
@@ -109,7 +109,7 @@ class EpisodeActor:
         (gymnasium's passive checker then fails the next episode's first step): the next episode
         gets a fresh env. The old one is dropped, not closed: closing would close the sandbox
         lease, which belongs to this actor and is reused."""
-        self.env = gymnasium.make(self.env_cfg.id, **self.env_cfg.kwargs)
+        self.env = make_env(self.env_cfg, self.sandbox_cfg)
 
     def _play(self, work: WorkItem, conv: Conversation, traj: Trajectory, sticky_key: str) -> None:
         deadline = time.monotonic() + self.cfg.max_episode_seconds

@@ -232,7 +232,7 @@ def evaluate(cfg: Config) -> dict:
 
     from actors.launch import init_ray, kill, launch_eval, namespace, reap_episodes, start_episodes
     from actors.policy_setup import ensure_policy
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
 
     if cfg.eval.attempts < 1:
         raise ValueError(f"eval.attempts is {cfg.eval.attempts}; it must be at least 1")

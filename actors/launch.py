@@ -114,7 +114,7 @@ def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
     label = f"{i}-g{generation}" if generation else str(i)
     faults = FaultPlan.for_episode(cfg.faults, seed * 7919 + i)
     return RemoteEpisode.options(**_opts(fleet.namespace, f"{fleet.episode_prefix}-{label}")).remote(
-        i, fleet.rollout, cfg.env, fleet.tokenizer_path,
+        i, fleet.rollout, cfg.env, cfg.sandbox, fleet.tokenizer_path,
         EngineRouter(fleet.engines, engine_call, lookup=NamedEngines(fleet.namespace)),
         Proxy(fleet.collector),
         SandboxLease(i, cfg.sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label),

@@ -8,7 +8,6 @@ RL stage's predictions.jsonl and learning_curve.png.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 from pathlib import Path
 from typing import Sequence
@@ -48,7 +47,7 @@ def run_pipeline(cfg: Config) -> dict:
     from actors.evaluate import evaluate
     from actors.policy_setup import ensure_policy
     from envs.expert import write_traces
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
     from policies.sft import run_sft
 
     root = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
@@ -65,11 +64,7 @@ def run_pipeline(cfg: Config) -> dict:
             train_tasks = load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)
             train_tasks = train_tasks[: cfg.pipeline.trace_tasks or len(train_tasks)]
             traced_ids = [t.id for t in train_tasks]
-            counts = write_traces(str(traces), train_tasks,
-                                  n_per_task=cfg.pipeline.traces_per_task, seed=cfg.run.seed,
-                                  system_prompt=cfg.env.system_prompt, env_kwargs=dict(cfg.env.kwargs),
-                                  think=cfg.pipeline.expert_thoughts, recovery_rate=cfg.pipeline.recovery_rate,
-                                  workers=cfg.pipeline.trace_workers or os.cpu_count() or 1)
+            counts = write_traces(str(traces), train_tasks, cfg.pipeline, cfg.env, cfg.sandbox, cfg.run.seed)
             print(f"[swerve] pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)",
                   flush=True)
             policy = str(root / "sft" / "policy")

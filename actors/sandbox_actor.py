@@ -6,16 +6,23 @@ ends the actors, so no workspace outlives its run.
 from __future__ import annotations
 
 import time
+from typing import Dict, get_args
 
-from configs.schema import SandboxConfig
+from configs.schema import SandboxBackend, SandboxConfig
 from envs.docker_sandbox import DockerSandbox
 from envs.e2b_sandbox import E2BSandbox
 from envs.local_sandbox import LocalSandbox
 from envs.sandbox import ExecResult
-from envs.sandbox_pool import pooled
+from envs.sandbox_pool import BackendFactory, pooled
 
-# Each entry builds the backend from SandboxConfig, inside a warm pool when sandbox.pool_size > 0.
-SANDBOX_BACKENDS = {"local": pooled(LocalSandbox), "e2b": pooled(E2BSandbox), "docker": pooled(DockerSandbox)}
+# sandbox.backend -> what builds it from SandboxConfig, inside a warm pool when sandbox.pool_size > 0.
+# Keyed on the SandboxBackend type the config loader checks values against: a new backend is a
+# name there and its entry here, and a name without an entry fails on import, not mid-run.
+SANDBOX_BACKENDS: Dict[SandboxBackend, BackendFactory] = {
+    "local": pooled(LocalSandbox), "e2b": pooled(E2BSandbox), "docker": pooled(DockerSandbox)}
+if set(SANDBOX_BACKENDS) != set(get_args(SandboxBackend)):
+    raise ImportError(f"SANDBOX_BACKENDS {sorted(SANDBOX_BACKENDS)} != configs.schema.SandboxBackend "
+                      f"{sorted(get_args(SandboxBackend))}: give every backend name an entry")
 
 
 class SandboxActor:

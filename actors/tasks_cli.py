@@ -28,7 +28,7 @@ def _config(args: argparse.Namespace):
 
 
 def _load(cfg):
-    from envs.tasks import load_task_set
+    from envs.loaders import load_task_set
 
     try:
         task_set = load_task_set(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids, cfg.tasks.format)
@@ -67,11 +67,13 @@ def _validate(args: argparse.Namespace) -> int:
         args.split = "all"  # the gate checks a whole source unless told otherwise
     cfg = _config(args)
     task_set = _load(cfg)
+    # The limit training grades with, so the gate passes exactly the tasks a run can grade.
+    timeout_s = cfg.env.swe.grade_timeout_s if args.timeout_s is None else args.timeout_s
     header = ("id", "repo", "gold", "empty", "verdict", "reason", "seconds")
     print("\t".join(header), flush=True)
     results = []
     for task in task_set.tasks:
-        result = validate_task(task, lambda: LocalSandbox(cfg.sandbox), args.timeout_s)
+        result = validate_task(task, lambda: LocalSandbox(cfg.sandbox), timeout_s)
         results.append(result)
         cells = (result.task_id, result.repo, _yes_no(result.gold_resolved), _yes_no(result.empty_resolved),
                  result.verdict, result.reason or "-", f"{result.seconds:.1f}")
@@ -105,7 +107,8 @@ def register(sub: argparse._SubParsersAction, with_config) -> None:
     listing.set_defaults(func=_list)
     check = _task_args(with_config(tasks.add_parser(
         "validate", help="sanity gate: gold patch resolves, empty patch does not; writes the quarantine file")))
-    check.add_argument("--timeout-s", type=float, default=120.0, help="timeout of each test run (seconds)")
+    check.add_argument("--timeout-s", type=float, default=None,
+                       help="time limit of each test run in seconds (default: env.swe.grade_timeout_s)")
     check.set_defaults(func=_validate)
     synth = tasks.add_parser("synth", help="make SWE-smith-style tasks from a local Python repository with pytest tests")
     synth_cli.add_arguments(synth)

@@ -48,7 +48,7 @@ def sandbox_start(cfg: Config, repetitions: int) -> dict:
     from dataclasses import replace
 
     from actors.sandbox_actor import SANDBOX_BACKENDS
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
 
     task = load_tasks("builtin", "train")[0]
     results = {}

@@ -135,7 +135,7 @@ SIM_TAMPER_COMMAND = ("printf 'import pytest\\n@pytest.hookimpl(hookwrapper=True
 def play_catalogue(workdir_root: str) -> Dict:
     """`swerve bench reliability`'s tamper figures: every attempt played once."""
     from envs.swe_env import SWEEnv
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
 
     task = load_tasks("builtin", "all", [TASK_ID])[0]
     env = SWEEnv(sandbox={"workdir_root": workdir_root})

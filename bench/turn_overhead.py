@@ -55,7 +55,7 @@ def turn_overhead(cfg: Config, repetitions: int) -> dict:
     local = LocalSandbox(cfg.sandbox)
     episodes = {turns: EpisodeActor(0, replace(cfg.rollout, max_turns=turns, max_tokens_per_turn=64,
                                                max_total_tokens=32768, max_episode_seconds=600.0),
-                                    cfg.env, tokenizer_path, router, None, lease)
+                                    cfg.env, cfg.sandbox, tokenizer_path, router, None, lease)
                 for turns in (2, 2 + EXTRA_TURNS)}
     prompt = Conversation(load_chat_tokenizer(tokenizer_path), cfg.env.system_prompt, task.problem_statement).token_ids
     request = SampleRequest(list(prompt), 64, seed=1)

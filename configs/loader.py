@@ -22,8 +22,6 @@ CHOICES = {
     "trainer.loss_aggregation": ("token_mean", "seq_mean"),
     "rollout.mode": ("async", "sync"),
     "rollout.task_selection": ("uniform", "pass_rate"),
-    "sandbox.backend": ("local", "e2b", "docker"),
-    "sandbox.isolation": ("auto", "bwrap", "none"),
 }
 
 

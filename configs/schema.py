@@ -5,7 +5,7 @@ Each actor receives its own section (a typed dataclass), never the whole tree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Literal
 
 
 @dataclass
@@ -227,15 +227,36 @@ class RolloutConfig:
 
 
 @dataclass
+class SWEEnvConfig:
+    """swerve/SWE-v0's own settings (env.swe). Its sandbox is the run's: every command runs under
+    sandbox.command_timeout_s, in a lease built from sandbox.*; the tasks it picks when reset gets
+    none are tasks.source / tasks.split. env.kwargs entries with these names override them."""
+    # Observations (command output, the grading report) are cut in the middle to this many characters.
+    max_observation_chars: int = 2000
+    # This many replies in a row without one bash block end the episode as format_error.
+    max_consecutive_format_errors: int = 3
+    # Time limit of the grading test run (FAIL_TO_PASS + PASS_TO_PASS, and applying test_patch).
+    # A real repository's suite can take minutes (SWE-bench's harness allows 1800 s); a run that
+    # hits the limit scores unresolved. A recipe of small suites lowers it, so an edit that makes
+    # the tests loop forever costs a minute, not half an hour.
+    grade_timeout_s: float = 1800.0
+    # A change to a protected path (envs/protection.py) scores 0 outright; false grades the
+    # rest of the change. Either way the attempt records the paths (info["tampered"]).
+    tamper_scores_zero: bool = True
+
+
+@dataclass
 class EnvConfig:
     # Any id gymnasium.make accepts, including "module:Env-v0".
     id: str = "swerve/SWE-v0"
+    # Handed to the env's constructor (envs/make.py). For swerve/SWE-v0 they override env.swe.
     kwargs: Dict[str, Any] = field(default_factory=dict)
     system_prompt: str = (
         "You are a software engineer fixing a bug in a Python repository. "
         "Reply with exactly one ```bash block holding one command. "
         "Run `submit` in a bash block when the tests pass."
     )
+    swe: SWEEnvConfig = field(default_factory=SWEEnvConfig)
 
 
 @dataclass
@@ -254,13 +275,49 @@ class TasksConfig:
 
 
 @dataclass
+class SynthConfig:
+    """`swerve tasks synth` (envs/synth): SWE-smith-style bug tasks made from a local repository.
+    Not part of a run's Config: the command's flags take their defaults from here."""
+    # Tasks to keep (validated mutations).
+    num_tasks: int = 10
+    # Seeds which mutations are tried, in what order, and the PASS_TO_PASS sample.
+    seed: int = 0
+    # Bound on the whole synthesis, the two baseline runs of the suite included.
+    timeout_s: float = 1800.0
+    # Bound on one test run of a mutated copy; 0: run_timeout_factor x the slower baseline run
+    # + run_timeout_margin_s (a mutation that makes the suite loop is cut off, not waited for).
+    per_run_timeout_s: float = 0.0
+    run_timeout_factor: float = 3.0
+    run_timeout_margin_s: float = 10.0
+    # PASS_TO_PASS tests kept per task (a seeded sample when more still pass).
+    max_p2p: int = 20
+    # Mutator families tried (envs/synth/mutators.py FAMILIES); empty: every family.
+    families: List[str] = field(default_factory=list)
+    # Interpreter that runs the repository's tests; "": the one running swerve.
+    python: str = ""
+    # Stop after trying this many mutations; 0: no limit (only num_tasks and timeout_s stop it).
+    max_candidates: int = 0
+    # The problem statement details this many failing tests and lists at most max_listed.
+    max_detailed_failures: int = 3
+    max_listed_failures: int = 10
+
+
+# Sandbox backends (actors/sandbox_actor.py builds each from its SandboxConfig).
+SandboxBackend = Literal["local", "docker", "e2b"]
+SandboxIsolation = Literal["auto", "bwrap", "none"]
+SandboxCgroup = Literal["auto", "required", "off"]
+
+
+@dataclass
 class SandboxConfig:
-    backend: str = "local"
+    backend: SandboxBackend = "local"
     # "auto" uses bubblewrap when installed, "bwrap" requires it, "none" runs unisolated.
-    isolation: str = "auto"
+    isolation: SandboxIsolation = "auto"
     memory_mb: int = 2048
     max_processes: int = 256
     max_file_mb: int = 64
+    # Time limit of one agent command (the env passes none of its own); grading has its own
+    # limit, env.swe.grade_timeout_s.
     command_timeout_s: float = 20.0
     max_output_bytes: int = 1_000_000
     # Empty uses the system temporary directory.
@@ -269,7 +326,7 @@ class SandboxConfig:
     # memory_mb over all of the lease's processes: as root RLIMIT_NPROC is not enforced, so
     # only a cgroup contains a fork bomb. "auto" uses one when the cgroup fs is writable
     # (else warns once), "required" fails the lease without one, "off" never uses one.
-    cgroup: str = "auto"
+    cgroup: SandboxCgroup = "auto"
     # Warm pool: ready leases kept per task (workspace copied, probe run) so start() of a
     # task seen before takes one and refills in the background; 0 turns the pool off.
     pool_size: int = 1

@@ -77,7 +77,7 @@ class E2BSandbox:
         self.close()
         if not os.getenv("E2B_API_KEY") and not _debug_mode():
             raise InfraError(InfraSource.SANDBOX, "sandbox.backend='e2b' needs E2B_API_KEY in the environment")
-        from e2b import Sandbox as E2BClient  # the SDK is imported only by those who use it
+        from e2b import Sandbox as E2BClient  # optional SDK: imported only by those who use the e2b backend
 
         template = task.image or self.config.e2b_template
         try:
@@ -105,7 +105,7 @@ class E2BSandbox:
         self.last_start_s = time.monotonic() - started_s
 
     def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
-        from e2b import CommandExitException, TimeoutException
+        from e2b import CommandExitException, TimeoutException  # optional SDK (see start)
 
         box = self._lease()
         if timeout_s is None:
@@ -151,6 +151,7 @@ class E2BSandbox:
             timed_out=timed_out,
             duration_s=duration_s,
             output_truncated=captured.dropped_bytes > 0,
+            timeout_s=timeout_s,
         )
 
     def read_file(self, path: str) -> str:
@@ -202,7 +203,7 @@ class E2BSandbox:
         self._run_root(fill_and_snapshot_script(self.workdir, upload), "prepare the workspace", cwd="/")
 
     def _run_root(self, script: str, what: str, cwd: Optional[str] = None) -> None:
-        from e2b import CommandExitException
+        from e2b import CommandExitException  # optional SDK (see start)
 
         try:
             self._lease().commands.run(script, user=_ROOT, cwd=cwd or "/", timeout=self.config.command_timeout_s + 60)

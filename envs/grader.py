@@ -3,16 +3,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Dict, Iterable
+from typing import Dict
 
 from envs.outcomes import InfraError, InfraSource
+from envs.pytest_summary import PASSED, parse_test_status
 from envs.sandbox import Sandbox
 from envs.tasks import Task
-
-PASSED = "PASSED"
-MISSING = "MISSING"
-# Statuses of pytest's `-rA` short summary; only PASSED counts as passing.
-_STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
 
 
 @dataclass
@@ -22,20 +18,6 @@ class GradeResult:
     test_status: Dict[str, str]
     exit_code: int
     output: str
-
-
-def parse_test_status(output: str, node_ids: Iterable[str]) -> Dict[str, str]:
-    """Status of each node id from `-rA` summary lines ("FAILED id - reason"); unseen ids are MISSING."""
-    wanted = set(node_ids)
-    status = {node_id: MISSING for node_id in wanted}
-    for line in output.splitlines():
-        word, _, rest = line.partition(" ")
-        if word not in _STATUSES:
-            continue
-        node_id = rest.split(" - ", 1)[0].strip()
-        if node_id in wanted:
-            status[node_id] = word
-    return status
 
 
 TEST_PATCH_FILE = ".swerve-test.patch"

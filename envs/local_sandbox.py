@@ -18,9 +18,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, get_args
 
-from configs.schema import SandboxConfig
+from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
 from envs.cgroups import LeaseCgroup
 from envs.container_sandbox import scrub_history_script
 from envs.outcomes import InfraError, InfraSource
@@ -30,8 +30,9 @@ from envs.tasks import Task
 
 log = logging.getLogger(__name__)
 
-ISOLATION_MODES = ("auto", "bwrap", "none")
-CGROUP_MODES = ("auto", "required", "off")
+# Checked here too: a SandboxConfig built in code never went through the config loader.
+ISOLATION_MODES = get_args(SandboxIsolation)
+CGROUP_MODES = get_args(SandboxCgroup)
 SANDBOX_WORKSPACE = "/workspace"
 SANDBOX_UID = 1000
 _SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32")

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Sequence
 
-from envs.builtin.suite import DEFAULT_CACHE_DIR, TEST_COMMAND, materialize
+from envs.builtin.suite import DEFAULT_CACHE_DIR, materialize
 from envs.minimal_edit import minimal_edit
+from envs.pytest_summary import PYTEST_COMMAND
 from envs.tasks import Task
 
 SPLIT_SIZES = {"train": 300, "eval": 100}
@@ -261,7 +262,7 @@ def load_micro(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_CAC
         materialize(target, lambda workspace, files=micro.files: _write(workspace, files))
         tasks.append(Task(
             id=micro.id, repo=f"swerve-micro/{micro.id}", workspace_dir=str(target),
-            problem_statement=micro.problem_statement, test_command=TEST_COMMAND,
+            problem_statement=micro.problem_statement, test_command=PYTEST_COMMAND,
             fail_to_pass=micro.fail_to_pass, pass_to_pass=micro.pass_to_pass,
             gold_patch=_gold_patch(micro.files[MODULE], micro.fixed_module), stratum=micro.stratum,
             test_files=((TEST_MODULE, micro.files[TEST_MODULE]), (PYTEST_INI, PYTEST_CONFIG)), split=split, source="micro",

@@ -102,4 +102,5 @@ def run_process(
         timed_out=timed_out,
         duration_s=time.monotonic() - started_s,
         output_truncated=captured.dropped_bytes > 0,
+        timeout_s=timeout_s,
     )

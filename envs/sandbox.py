@@ -16,6 +16,8 @@ class ExecResult:
     duration_s: float
     # True when the middle of the output was dropped to respect the byte cap.
     output_truncated: bool
+    # The time limit the command ran under (the one passed, else sandbox.command_timeout_s).
+    timeout_s: float
 
 
 @runtime_checkable

@@ -1,66 +1,74 @@
-"""swerve/SWE-v0: fix a repository through shell commands; reward 1 when its tests pass."""
+"""swerve/SWE-v0: fix a repository through shell commands; reward 1 when its tests pass.
+
+Its settings are typed sections of the run's config (configs/schema.py), each with one home:
+`swe` (env.swe: observation cap, format errors, grading limit, tampering), `sandbox` (the
+LocalSandbox lease it builds when reset is given none) and `tasks` (what it picks when reset
+is given no task). A command runs under its lease's sandbox.command_timeout_s: the env passes
+no limit of its own. `envs.make.make_env` hands it the run's sections; a section may also be
+given as a dict of its fields, and keyword arguments named after env.swe fields (env.kwargs)
+override them.
+"""
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar, Union
 
 import gymnasium
 
-from configs.schema import SandboxConfig
-from envs.pristine_view import capture_change, grade_on_pristine
+from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
+from envs.actions import COMMAND, FORMAT_ERROR, parse_action
+from envs.loaders import load_tasks
 from envs.local_sandbox import LocalSandbox
 from envs.outcomes import InfraError, InfraSource, Outcome
+from envs.pristine_view import capture_change, grade_on_pristine
 from envs.sandbox import Sandbox
-from envs.tasks import Task, load_tasks
-from envs.workspace_change import ListingError, Manifest, take_manifest
+from envs.tasks import Task
 from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
-from envs.actions import COMMAND, FORMAT_ERROR, parse_action
+from envs.workspace_change import ListingError, Manifest, take_manifest
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class SWEEnvConfig:
-    tasks_source: str = "builtin"
-    split: str = "train"
-    max_observation_chars: int = 2000
-    max_consecutive_format_errors: int = 3
-    grade_timeout_s: float = 60.0
-    command_timeout_s: float = 20.0
-    # A change to a protected path (envs/protection.py) scores 0 outright; false grades the
-    # rest of the change. Either way the attempt records the paths (info["tampered"]).
-    tamper_scores_zero: bool = True
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+Section = TypeVar("Section")
 
 
-def build_config(overrides: dict) -> SWEEnvConfig:
-    """SWEEnvConfig with overrides applied; `sandbox` may be a dict of SandboxConfig fields."""
-    _check_fields(SWEEnvConfig, overrides, "SWEEnv")
-    overrides = dict(overrides)
-    sandbox = overrides.get("sandbox")
-    if isinstance(sandbox, dict):
-        _check_fields(SandboxConfig, sandbox, "SWEEnv sandbox")
-        overrides["sandbox"] = SandboxConfig(**sandbox)
-    return SWEEnvConfig(**overrides)
+def _section(cls: type[Section], given: Union[Section, dict, None], name: str) -> Section:
+    """A config section from a typed object (kept as is), a dict of its fields or None (defaults)."""
+    if given is None:
+        return cls()
+    if isinstance(given, cls):
+        return given
+    if not isinstance(given, dict):
+        raise TypeError(f"SWEEnv {name}= takes a {cls.__name__} or a dict of its fields, got {type(given).__name__}")
+    _check_fields(cls, given, f"SWEEnv {name}")
+    return cls(**given)
 
 
 def _check_fields(cls: type, overrides: dict, what: str) -> None:
     valid = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(overrides) - set(valid))
-    if unknown:
-        raise TypeError(f"{what} got unknown argument(s) {unknown}; valid fields: {valid}")
+    if not unknown:
+        return
+    homes = {f.name: "sandbox" for f in dataclasses.fields(SandboxConfig)}
+    homes.update({f.name: "tasks" for f in dataclasses.fields(TasksConfig)})
+    moved = [f"{key} is a {homes[key]} field ({homes[key]}={{'{key}': ...}})" for key in unknown if key in homes]
+    raise TypeError(f"{what} got unknown argument(s) {unknown}; valid fields: {valid}"
+                    + (f"; {'; '.join(moved)}" if moved else ""))
 
 
 class SWEEnv(gymnasium.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, render_mode: Optional[str] = None, **overrides: Any):
+    def __init__(self, render_mode: Optional[str] = None, *, swe: Union[SWEEnvConfig, dict, None] = None,
+                 sandbox: Union[SandboxConfig, dict, None] = None, tasks: Union[TasksConfig, dict, None] = None,
+                 **overrides: Any):
         if render_mode is not None:
             raise ValueError(f"SWEEnv renders nothing; got render_mode={render_mode!r}")
-        self.config = build_config(overrides)
+        _check_fields(SWEEnvConfig, overrides, "SWEEnv")
+        self.config = dataclasses.replace(_section(SWEEnvConfig, swe, "swe"), **overrides)
+        self.sandbox_config = _section(SandboxConfig, sandbox, "sandbox")
+        self.tasks_config = _section(TasksConfig, tasks, "tasks")
         self.observation_space = text_space(self.config.max_observation_chars)
         self.action_space = text_space(MAX_ACTION_CHARS)
         self._tasks: Optional[list[Task]] = None
@@ -119,10 +127,11 @@ class SWEEnv(gymnasium.Env):
         return self._fit(message), 0.0, terminated, False, info
 
     def _run(self, command: str):
-        result = self._sandbox.exec(command, timeout_s=self.config.command_timeout_s)
+        # No limit of our own: the sandbox applies its sandbox.command_timeout_s, the run's.
+        result = self._sandbox.exec(command)
         header = f"exit code: {result.exit_code}"
         if result.timed_out:
-            header += f" (timed out after {self.config.command_timeout_s}s; the command was killed)"
+            header += f" (timed out after {result.timeout_s}s; the command was killed)"
         if result.output_truncated:
             header += " (output truncated at sandbox.max_output_bytes; narrow it with head or grep)"
         info = {"outcome": None, "exec_s": result.duration_s, "exit_code": result.exit_code,
@@ -169,15 +178,16 @@ class SWEEnv(gymnasium.Env):
         return "", {}
 
     def _pick_task(self) -> Task:
+        tasks = self.tasks_config
         if self._tasks is None:
-            self._tasks = load_tasks(self.config.tasks_source, self.config.split)
+            self._tasks = load_tasks(tasks.source, tasks.split, tasks.ids, tasks.format)
         if not self._tasks:
-            raise ValueError(f"no tasks in source {self.config.tasks_source!r}, split {self.config.split!r}")
+            raise ValueError(f"no tasks in source {tasks.source!r}, split {tasks.split!r}")
         return self._tasks[int(self.np_random.integers(len(self._tasks)))]
 
     def _local_sandbox(self) -> LocalSandbox:
         if self._own_sandbox is None:
-            self._own_sandbox = LocalSandbox(self.config.sandbox)
+            self._own_sandbox = LocalSandbox(self.sandbox_config)
         return self._own_sandbox
 
     def _fit(self, text: str) -> str:

@@ -9,6 +9,8 @@ file written atomically, and training skips the ids `load_quarantine` returns. T
 repository lives in an image (workspace_dir == "") cannot run in the local sandbox: they are
 reported "skipped" (needs a container backend), never quarantined. An infrastructure error
 while checking a task quarantines it with the error as the reason (rerun validate once fixed).
+`swerve tasks validate` grades with env.swe.grade_timeout_s, the limit training grades with,
+so a task passes the gate iff its suite can be graded in a run.
 """
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional
 
+from configs.schema import TasksConfig
 from envs.grader import GradeResult
-from envs.pristine_view import grade_on_pristine
-from envs.loaders import NAMED_SOURCES
+from envs.loaders import NAMED_SOURCES, load_tasks
+from envs.loaders.common import cache_root
 from envs.outcomes import InfraError
+from envs.pristine_view import grade_on_pristine
 from envs.sandbox import Sandbox
 from envs.tasks import Task
 from envs.workspace_change import take_manifest
@@ -117,12 +121,10 @@ def validate_tasks(tasks: Iterable[Task], sandbox_factory: Callable[[], Sandbox]
     return [validate_task(task, sandbox_factory, timeout_s) for task in tasks]
 
 
-def quarantine_path(cfg_tasks) -> Path:
+def quarantine_path(cfg_tasks: TasksConfig) -> Path:
     """tasks.quarantine_file, else ~/.cache/swerve/quarantine/<hash of the source>.json."""
     if cfg_tasks.quarantine_file:
         return Path(cfg_tasks.quarantine_file).expanduser()
-    from envs.loaders.common import cache_root
-
     source = cfg_tasks.source
     key = source if source in NAMED_SOURCES else str(Path(source).expanduser().resolve())
     return cache_root() / "quarantine" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
@@ -137,7 +139,7 @@ def _read(path: Path) -> dict:
     return data
 
 
-def load_quarantine(cfg_tasks) -> Dict[str, str]:
+def load_quarantine(cfg_tasks: TasksConfig) -> Dict[str, str]:
     """Task id -> reason for every quarantined task of the configured source ({} if none)."""
     return dict(_read(quarantine_path(cfg_tasks)).get("tasks", {}))
 
@@ -168,10 +170,8 @@ def write_quarantine(path: Path, source: str, results: Iterable[ValidationResult
     return tasks
 
 
-def trainable_tasks(cfg_tasks) -> tuple[List[Task], Dict[str, str]]:
+def trainable_tasks(cfg_tasks: TasksConfig) -> tuple[List[Task], Dict[str, str]]:
     """The configured tasks minus those the sanity gate quarantined (returned with their reasons)."""
-    from envs.tasks import load_tasks
-
     tasks = load_tasks(cfg_tasks.source, cfg_tasks.split, cfg_tasks.ids, cfg_tasks.format)
     quarantine = load_quarantine(cfg_tasks)
     skipped = {task.id: quarantine[task.id] for task in tasks if task.id in quarantine}

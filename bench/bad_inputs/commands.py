@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from bench.bad_inputs.probe import Probe, ProbeResult
-from configs.schema import SandboxConfig
+from configs.schema import SandboxConfig, SWEEnvConfig
 from envs.local_sandbox import LocalSandbox
-from envs.swe_env import SWEEnv, SWEEnvConfig
-from envs.tasks import load_task_set
+from envs.swe_env import SWEEnv
+from envs.loaders import load_task_set
 from envs.text import truncate_middle
 from policies.conversation import neutralize_special_tokens
 
@@ -43,9 +43,10 @@ def run_in_episode(tmp_dir: Path, command: str, cgroup: str = "auto"):
     """(observation, info, terminated, follow-up observation, times the lease's pids limit was
     hit: None without a lease cgroup)."""
     task = load_task_set("builtin", ids=[TASK_ID]).tasks[0]
-    sandbox = LocalSandbox(SandboxConfig(workdir_root=str(tmp_dir), isolation="bwrap", cgroup=cgroup,
-                                         max_processes=MAX_PROCESSES, max_output_bytes=MAX_OUTPUT_BYTES))
-    env = SWEEnv(command_timeout_s=COMMAND_TIMEOUT_S, sandbox={"workdir_root": str(tmp_dir)})
+    sandbox_cfg = SandboxConfig(workdir_root=str(tmp_dir), isolation="bwrap", cgroup=cgroup, max_processes=MAX_PROCESSES,
+                                max_output_bytes=MAX_OUTPUT_BYTES, command_timeout_s=COMMAND_TIMEOUT_S)
+    sandbox = LocalSandbox(sandbox_cfg)
+    env = SWEEnv(sandbox=sandbox_cfg)
     try:
         env.reset(options={"task": task, "sandbox": sandbox})
         observation, _, terminated, _, info = env.step(f"```bash\n{command}\n```")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.bad_inputs.probe import Probe, ProbeResult
-from envs.tasks import load_task_set
+from envs.loaders import load_task_set
 
 
 def swebench_row(instance_id: str, **extra) -> dict:

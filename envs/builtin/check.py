@@ -19,10 +19,13 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from configs.schema import SWEEnvConfig
 from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE, _inject
+from envs.pytest_summary import PASSED, PYTEST_COMMAND, suite_status
 
-PASSED = "PASSED"
-_STATUSES = ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS")
+# The labels tasks.json rows may carry (Task.family): the hand-written suite's own taxonomy of
+# bugs. Not the micro generator's template families (envs/micro.py) nor the synth mutators'
+# (envs/synth/mutators.py): each lists what its own source makes.
 FAMILIES = (
     "compare",  # `<` vs `<=`, `>` vs `>=`
     "off_by_one",  # range bound, index, slice end
@@ -35,17 +38,16 @@ FAMILIES = (
 )
 
 
-def run_tests(workspace: Path, node_ids: Sequence[str] = (), timeout_s: float = 60.0) -> Dict[str, str]:
-    """Run pytest in `workspace` (the whole suite unless node ids are given): node id -> status."""
+def run_tests(workspace: Path, node_ids: Sequence[str] = (),
+              timeout_s: float = SWEEnvConfig.grade_timeout_s) -> Dict[str, str]:
+    """Run pytest in `workspace` (the whole suite unless node ids are given): node id -> status.
+    Graded tasks run the same command, under the same limit (env.swe.grade_timeout_s)."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     env.pop("PYTHONPATH", None)
-    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *node_ids]
+    # PYTEST_COMMAND starts with "python": run it with this interpreter.
+    argv = [sys.executable, *PYTEST_COMMAND.split()[1:], *node_ids]
     result = subprocess.run(argv, cwd=workspace, env=env, capture_output=True, text=True, timeout=timeout_s)
-    status: Dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        word, _, rest = line.partition(" ")
-        if word in _STATUSES:
-            status[rest.split(" - ", 1)[0].strip()] = word
+    status = suite_status(result.stdout)
     if not status:
         raise RuntimeError(f"no test results in {workspace}:\n{result.stdout}\n{result.stderr}")
     return status

@@ -15,13 +15,13 @@ import tempfile
 from pathlib import Path
 from typing import Callable, List, Sequence
 
+from envs.pytest_summary import PYTEST_COMMAND
 from envs.tasks import Task
 
 SUITE_DIR = Path(__file__).resolve().parent
 REPOS_DIR = SUITE_DIR / "repos"
 TASKS_FILE = SUITE_DIR / "tasks.json"
 DEFAULT_CACHE_DIR = "~/.cache/swerve"
-TEST_COMMAND = "python -m pytest -q -rA -p no:cacheprovider"
 SPLITS = ("train", "eval")
 _IGNORED = {"__pycache__", ".pytest_cache"}
 
@@ -126,7 +126,7 @@ def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_C
                 repo=f"swerve-builtin/{row['repo']}",
                 workspace_dir=str(target),
                 problem_statement=row["problem_statement"],
-                test_command=TEST_COMMAND,
+                test_command=PYTEST_COMMAND,
                 fail_to_pass=tuple(row["fail_to_pass"]),
                 pass_to_pass=tuple(row["pass_to_pass"]),
                 gold_patch=_gold_patch(row["file"], buggy, fixed),

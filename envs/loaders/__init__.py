@@ -1,4 +1,14 @@
-"""Task loaders, one per format, registered by format name; `detect_format` picks one for a path.
+"""Reading tasks: `load_tasks` / `load_task_set` read any supported source through the loader of
+its format. Loaders, one per format, are registered by format name; `detect_format` picks one
+for a path.
+
+A source is "builtin" (the suite shipped in `envs/builtin/`), "micro" (generated tasks,
+`envs/micro.py`) or a path to a file or directory: "swebench" and "swesmith" rows (JSONL, JSON
+list or parquet), or "harbor" task directories.
+
+Malformed rows never abort a load: each becomes a `SkippedRow` naming the row (file and line
+or row number, and the instance id when known), the field and the reason; `load_task_set`
+returns them with the tasks and `load_tasks` logs their count in one line.
 
 Each loader is `load(source, split, ids) -> TaskSet`: the tasks of `split` ("all" = every
 split) whose id is in `ids` (empty = all), and the malformed rows it skipped.
@@ -10,32 +20,33 @@ are "swesmith", rows with test_patch or base_commit are "swebench".
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, List, Sequence
 
+from envs import micro
+from envs.builtin import suite
 from envs.loaders import harbor, swebench, swesmith
 from envs.loaders.common import sniff_keys
-from envs.tasks import ALL_SPLITS, TaskSet
+from envs.tasks import ALL_SPLITS, DEFAULT_SPLIT, Task, TaskSet
+
+log = logging.getLogger(__name__)
 
 Loader = Callable[[str, str, Sequence[str]], TaskSet]
 
 
 def load_builtin(source: str, split: str, ids: Sequence[str]) -> TaskSet:
     """The built-in suite (splits "train" and "eval"); `source` is ignored."""
-    from envs.builtin.suite import SPLITS, load_builtin as load_suite
-
-    names = SPLITS if split == ALL_SPLITS else (split,)
-    tasks = [task if task.split else replace(task, split=name) for name in names for task in load_suite(name, ids)]
-    return TaskSet(tasks=tasks, splits=set(SPLITS))
+    names = suite.SPLITS if split == ALL_SPLITS else (split,)
+    tasks = [task if task.split else replace(task, split=name) for name in names for task in suite.load_builtin(name, ids)]
+    return TaskSet(tasks=tasks, splits=set(suite.SPLITS))
 
 
 def load_micro(source: str, split: str, ids: Sequence[str]) -> TaskSet:
     """The generated one-function tasks (splits "train" and "eval"); `source` is ignored."""
-    from envs.micro import SPLIT_SIZES, load_micro as load_generated
-
-    names = tuple(SPLIT_SIZES) if split == ALL_SPLITS else (split,)
-    return TaskSet(tasks=[task for name in names for task in load_generated(name, ids)], splits=set(SPLIT_SIZES))
+    names = tuple(micro.SPLIT_SIZES) if split == ALL_SPLITS else (split,)
+    return TaskSet(tasks=[task for name in names for task in micro.load_micro(name, ids)], splits=set(micro.SPLIT_SIZES))
 
 
 LOADERS: Dict[str, Loader] = {
@@ -76,3 +87,39 @@ def resolve_format(source: str, format: str = "") -> str:
     if format not in NAMED_SOURCES and not Path(source).expanduser().exists():
         raise ValueError(f"task source {source!r} does not exist")
     return format
+
+
+def load_task_set(source: str = "builtin", split: str = DEFAULT_SPLIT, ids: Sequence[str] = (),
+                  format: str = "") -> TaskSet:
+    """Tasks of one split (or "all") from one source, sorted by id, and the rows skipped.
+
+    `source` is "builtin" or a path; `format` ("" = detect) is one of `LOADERS`;
+    `ids` (if given) selects a subset, and an id that is not found is an error.
+    """
+    loaded = LOADERS[resolve_format(source, format)](source, split, tuple(ids))
+    tasks = sorted(loaded.tasks, key=lambda task: task.id)
+    if not tasks and split != ALL_SPLITS and loaded.splits and split not in loaded.splits:
+        raise ValueError(f"no split {split!r} in source {source!r}; splits present: "
+                         f"{sorted(loaded.splits)} (or {ALL_SPLITS!r})")
+    if ids:
+        found = {task.id for task in tasks}
+        missing = sorted(set(ids) - found)
+        if missing:
+            raise ValueError(f"unknown task ids for source {source!r}, split {split!r}: {missing}")
+        wanted = set(ids)
+        tasks = [task for task in tasks if task.id in wanted]
+    return TaskSet(tasks=tasks, skipped=list(loaded.skipped), splits=set(loaded.splits))
+
+
+def load_tasks(source: str = "builtin", split: str = DEFAULT_SPLIT, ids: Sequence[str] = (),
+               format: str = "") -> List[Task]:
+    """Tasks of one split from one source, sorted by id; `ids` (if given) selects a subset.
+
+    Malformed rows are skipped and counted in one logged line; use `load_task_set` to see them.
+    """
+    task_set = load_task_set(source, split, ids, format)
+    if task_set.skipped:
+        first = task_set.skipped[0]
+        log.warning("%s: loaded %d tasks, skipped %d malformed rows (first: %s)",
+                    source, len(task_set.tasks), len(task_set.skipped), first)
+    return task_set.tasks

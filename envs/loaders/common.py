@@ -10,10 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
-from envs.tasks import ALL_SPLITS, DEFAULT_SPLIT, SkippedRow
+from envs.tasks import ALL_SPLITS, DEFAULT_SPLIT, SkippedRow, TaskSet
 
 ROW_SUFFIXES = (".jsonl", ".json", ".parquet")
-PYTEST_COMMAND = "python -m pytest -q -rA -p no:cacheprovider"
 
 
 class RowError(ValueError):
@@ -70,7 +69,7 @@ def _json_row(raw: bytes, unit: str) -> Any:
 
 
 def _parquet_rows(file: Path) -> Iterator[Tuple[str, Any]]:
-    try:
+    try:  # optional dependency: only parquet row files need pyarrow
         import pyarrow
         import pyarrow.parquet as pq
     except ImportError as error:
@@ -236,11 +235,9 @@ def skip(where: str, row: Any, error: RowError) -> SkippedRow:
     return SkippedRow(row=label(where, row), field=error.field, reason=error.reason)
 
 
-def collect_rows(path: Path, row_to_task: Callable[[dict], Any], split: str, ids: Sequence[str]):
+def collect_rows(path: Path, row_to_task: Callable[[dict], Any], split: str, ids: Sequence[str]) -> TaskSet:
     """Every row of path through row_to_task: bad and duplicate rows skipped (named), the rest
     kept when they match split/ids. Returns a TaskSet."""
-    from envs.tasks import TaskSet
-
     result = TaskSet()
     seen: dict = {}
     for where, row in read_rows(path):

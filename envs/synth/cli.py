@@ -13,45 +13,44 @@ import json
 import sys
 from pathlib import Path
 
+from configs.schema import SynthConfig
 from envs.synth.injector import SynthError, synthesize
 from envs.synth.mutators import FAMILIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = SynthConfig()
     parser.add_argument("--repo", required=True, help="local Python repository with pytest tests")
     parser.add_argument("--out", required=True, help="output JSONL file (SWE-smith rows)")
-    parser.add_argument("-n", "--n", dest="n", type=int, default=10, help="tasks to keep")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout-s", dest="timeout_s", type=float, default=1800.0,
+    parser.add_argument("-n", "--n", dest="n", type=int, default=defaults.num_tasks, help="tasks to keep")
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--timeout-s", dest="timeout_s", type=float, default=defaults.timeout_s,
                         help="bound on the whole synthesis (baseline runs included)")
-    parser.add_argument("--per-run-timeout-s", dest="per_run_timeout_s", type=float, default=None,
-                        help="bound on one test run (default: 3x baseline + 10 s)")
-    parser.add_argument("--max-p2p", dest="max_p2p", type=int, default=20)
-    parser.add_argument("--families", default=None,
-                        help="comma-separated subset of: " + ",".join(FAMILIES))
-    parser.add_argument("--python", default=None,
+    parser.add_argument("--per-run-timeout-s", dest="per_run_timeout_s", type=float,
+                        default=defaults.per_run_timeout_s,
+                        help=f"bound on one test run (0: {defaults.run_timeout_factor:g}x the baseline run "
+                             f"+ {defaults.run_timeout_margin_s:g} s)")
+    parser.add_argument("--max-p2p", dest="max_p2p", type=int, default=defaults.max_p2p)
+    parser.add_argument("--families", default=",".join(defaults.families),
+                        help="comma-separated subset of: " + ",".join(FAMILIES) + " (default: all)")
+    parser.add_argument("--python", default=defaults.python,
                         help="interpreter that runs the repo's tests (default: this one)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def run(args: argparse.Namespace) -> int:
-    families = None
-    if getattr(args, "families", None):
-        families = [f.strip() for f in args.families.split(",") if f.strip()]
-        unknown = sorted(set(families) - set(FAMILIES))
-        if unknown:
-            print(f"unknown families: {', '.join(unknown)} (known: {', '.join(FAMILIES)})",
-                  file=sys.stderr)
-            return 2
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        print(f"unknown families: {', '.join(unknown)} (known: {', '.join(FAMILIES)})", file=sys.stderr)
+        return 2
+    cfg = SynthConfig(num_tasks=args.n, seed=args.seed, timeout_s=args.timeout_s,
+                      per_run_timeout_s=args.per_run_timeout_s, max_p2p=args.max_p2p, families=families,
+                      python=args.python)
     stats: dict = {}
-    log = None if getattr(args, "quiet", False) else (lambda m: print(f"[synth] {m}", file=sys.stderr))
+    log = None if args.quiet else (lambda m: print(f"[synth] {m}", file=sys.stderr))
     try:
-        rows = synthesize(
-            args.repo, args.n, seed=args.seed, timeout_s=args.timeout_s,
-            python=getattr(args, "python", None), max_p2p=getattr(args, "max_p2p", 20),
-            per_run_timeout_s=getattr(args, "per_run_timeout_s", None), families=families,
-            stats=stats, log=log,
-        )
+        rows = synthesize(args.repo, cfg, stats=stats, log=log)
     except SynthError as exc:
         print(f"synth failed: {exc}", file=sys.stderr)
         return 1

@@ -106,7 +106,7 @@ def test_injected_llm_errors_are_excluded_and_rerun(ray_session, swerve_cache, t
 
 
 def test_any_gym_text_env_trains_by_changing_only_env_id(ray_session, swerve_cache, tmp_path):
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
 
     # Also: training skips what the sanity gate quarantined, and says so.
     ids = [t.id for t in load_tasks("builtin", "train")]

@@ -8,7 +8,7 @@ from actors.sample_collector import SampleCollector
 from actors.trajectory import WorkItem
 from configs.schema import EngineConfig, EnvConfig, RolloutConfig, SandboxConfig
 from envs.local_sandbox import LocalSandbox
-from envs.tasks import load_tasks
+from envs.loaders import load_tasks
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,8 @@ def task():
 def make_actor(model_path, tokenizer_path, sandbox, collector=None, **rollout):
     cfg = RolloutConfig(max_turns=3, max_tokens_per_turn=16, **rollout)
     engines = EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call)
-    return EpisodeActor(0, cfg, EnvConfig(), tokenizer_path, engines, collector, sandbox)
+    # The run's sandbox section is the one its lease was built from.
+    return EpisodeActor(0, cfg, EnvConfig(), sandbox.config, tokenizer_path, engines, collector, sandbox)
 
 
 def work(task, seed=1):
@@ -36,6 +37,12 @@ def test_episode_records_token_exact_trajectory(model_path, tokenizer_path, task
     assert all(lp <= 0 for lp, m in zip(traj.logprobs, traj.loss_mask) if m)
     assert traj.sandbox_start_s is not None and traj.messages[0]["role"] == "system"
     assert traj.finished_s >= traj.started_s
+
+
+def test_the_env_gets_the_runs_sandbox_and_env_sections(model_path, tokenizer_path):
+    sandbox = LocalSandbox(SandboxConfig(command_timeout_s=60.0))
+    env = make_actor(model_path, tokenizer_path, sandbox).env.unwrapped
+    assert env.sandbox_config is sandbox.config and env.config == EnvConfig().swe
 
 
 def test_token_cap_truncates(model_path, tokenizer_path, task):

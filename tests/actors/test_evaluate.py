@@ -98,7 +98,7 @@ def test_swe_env_reports_the_workspace_diff_as_model_patch(tmp_path):
     import gymnasium
 
     import envs  # noqa: F401
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
 
     task = next(t for t in load_tasks("builtin", "eval") if t.gold_patch)
     env = gymnasium.make("swerve/SWE-v0")

@@ -17,7 +17,7 @@ from configs import load_config
 from configs.schema import FaultsConfig, SandboxConfig
 from envs.grader import grade
 from envs.outcomes import InfraError, InfraSource
-from envs.tasks import load_tasks
+from envs.loaders import load_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "node_loss_run.py"

@@ -21,7 +21,7 @@ def test_pipeline_writes_summary_predictions_and_curve(ray_session, swerve_cache
     # The RL stage trained on the training tasks without an expert trace.
     import yaml
 
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
 
     train_ids = [t.id for t in load_tasks("builtin", "train", [])]
     rl_ids = yaml.safe_load((root / "rl" / "config.yaml").read_text())["tasks"]["ids"]

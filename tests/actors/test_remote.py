@@ -6,7 +6,7 @@ from actors.faults import FaultPlan
 from actors.remote import RemoteEngine, SandboxLease, engine_call
 from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
-from envs.tasks import load_tasks
+from envs.loaders import load_tasks
 from policies.sampler import SampleRequest
 
 

@@ -7,7 +7,7 @@ from envs.grader import grade
 from envs.local_sandbox import LocalSandbox
 from envs.swe_env import SWEEnv
 from configs.schema import SandboxConfig
-from envs.tasks import load_tasks
+from envs.loaders import load_tasks
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 
 from configs.schema import SandboxConfig
 from envs.local_sandbox import LocalSandbox
-from envs.tasks import load_tasks
+from envs.loaders import load_tasks
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 

@@ -17,7 +17,7 @@ import pytest
 
 from envs.builtin.check import FAMILIES, PASSED, run_tests
 from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE
-from envs.tasks import load_tasks
+from envs.loaders import load_tasks
 
 SUITE = json.loads(TASKS_FILE.read_text())
 ROWS = {row["id"]: row for row in SUITE["tasks"]}

@@ -1,7 +1,6 @@
 """The docker backend. With a Docker engine the lifecycle runs for real; without one those
 tests skip and a stand-in `docker` CLI (tests below) checks the argv and the lease logic."""
 import os
-import shlex
 import subprocess
 import sys
 import textwrap

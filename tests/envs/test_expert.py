@@ -3,9 +3,11 @@ import re
 
 import pytest
 
-from envs.expert import main, minimal_edit, parse_gold_patch, sed_fix_command, write_traces
-from envs.tasks import load_tasks
+from configs.schema import EnvConfig, PipelineConfig, SandboxConfig
 from envs.actions import COMMAND, SUBMIT, parse_action
+from envs.expert import main, write_traces
+from envs.expert_plan import parse_gold_patch, sed_fix_command
+from envs.loaders import load_tasks
 from policies.sft import read_traces
 
 TASK_IDS = ["datekit-006", "textkit-003", "vecmath-008"]
@@ -16,8 +18,8 @@ def traces(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("expert")
     out = tmp / "traces.jsonl"
     tasks = load_tasks("builtin", "train", TASK_IDS)
-    counts = write_traces(str(out), tasks, n_per_task=2, seed=0, recovery_rate=0.5,
-                          env_kwargs={"sandbox": {"workdir_root": str(tmp)}})
+    counts = write_traces(str(out), tasks, PipelineConfig(traces_per_task=2, recovery_rate=0.5, trace_workers=1),
+                          EnvConfig(), SandboxConfig(workdir_root=str(tmp)), seed=0)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     return counts, rows, str(out)
 
@@ -29,17 +31,6 @@ def test_parse_gold_patch_finds_the_buggy_line():
     assert lines[fix.line_no - 1] == fix.buggy
     assert fix.buggy.strip() == "if len(text) < width:"
     assert fix.fixed.strip() == "if len(text) <= width:"
-
-
-@pytest.mark.parametrize("line,target,old,new", [
-    ("    if len(text) < width:", "    if len(text) <= width:", "< width", "<= width"),
-    ("    if char.isupper() and index > 1:", "    if char.isupper() and index > 0:", "1:", "0:"),
-    ("    return (32 - fahrenheit) * 5 / 9", "    return (fahrenheit - 32) * 5 / 9",
-     "32 - fahrenheit", "fahrenheit - 32"),
-])
-def test_minimal_edit_is_short_and_first_occurrence(line, target, old, new):
-    assert minimal_edit(line, target) == (old, new)
-    assert line.replace(old, new, 1) == target
 
 
 def test_sed_command_escapes_regex_characters():
@@ -101,8 +92,9 @@ def test_parallel_workers_play_the_same_traces(traces, tmp_path):
     observations differ only in pytest's timings)."""
     _, rows, _ = traces
     out = tmp_path / "parallel.jsonl"
-    counts = write_traces(str(out), load_tasks("builtin", "train", TASK_IDS), n_per_task=2, seed=0,
-                          recovery_rate=0.5, env_kwargs={"sandbox": {"workdir_root": str(tmp_path)}}, workers=2)
+    counts = write_traces(str(out), load_tasks("builtin", "train", TASK_IDS),
+                          PipelineConfig(traces_per_task=2, recovery_rate=0.5, trace_workers=2),
+                          EnvConfig(), SandboxConfig(workdir_root=str(tmp_path)), seed=0)
     parallel = [json.loads(line) for line in out.read_text().splitlines()]
     assert counts["traces"] == len(rows)
 

@@ -2,9 +2,10 @@ import dataclasses
 
 import pytest
 
-from envs.grader import MISSING, PASSED, grade, parse_test_status
+from envs.grader import grade
+from envs.loaders import load_tasks
 from envs.outcomes import InfraError, InfraSource
-from envs.tasks import load_tasks
+from envs.pytest_summary import PASSED
 
 ALL_TASKS = load_tasks(split="train") + load_tasks(split="eval")
 GRADE_TIMEOUT_S = 60.0
@@ -65,26 +66,6 @@ def test_closed_sandbox_is_a_grader_infra_error(make_sandbox, task_by_id):
     with pytest.raises(InfraError) as error:
         grade(sandbox, task_by_id["textkit-001"], GRADE_TIMEOUT_S)
     assert error.value.source is InfraSource.GRADER
-
-
-def test_parse_missing_skipped_and_failed_tests():
-    output = "\n".join(
-        [
-            "PASSED tests/t.py::test_a",
-            "FAILED tests/t.py::test_b - AssertionError: assert 1 == 2",
-            "SKIPPED [1] tests/t.py:9: not today",
-            "ERROR tests/t.py::test_d - fixture 'x' not found",
-            "  PASSED tests/t.py::test_e",
-        ]
-    )
-    ids = ["tests/t.py::test_a", "tests/t.py::test_b", "tests/t.py::test_c", "tests/t.py::test_d", "tests/t.py::test_e"]
-    assert parse_test_status(output, ids) == {
-        "tests/t.py::test_a": PASSED,
-        "tests/t.py::test_b": "FAILED",
-        "tests/t.py::test_c": MISSING,
-        "tests/t.py::test_d": "ERROR",
-        "tests/t.py::test_e": MISSING,
-    }
 
 
 def _git_repo_task(tmp_path):

@@ -9,7 +9,7 @@ from envs.loaders import LOADERS, detect_format
 from envs.loaders.common import reverse_patch
 from envs.loaders.harbor import test_command as harbor_test_command
 from envs.loaders.swebench import image_name
-from envs.tasks import load_task_set, load_tasks
+from envs.loaders import load_task_set, load_tasks
 
 F2P = ["tests/test_a.py::test_fixed"]
 P2P = ["tests/test_a.py::test_other"]

@@ -4,9 +4,11 @@ from collections import Counter
 
 import pytest
 
-from envs.expert import issue_edit, parse_gold_patch, write_traces
+from configs.schema import EnvConfig, PipelineConfig, SandboxConfig, SWEEnvConfig
+from envs.expert import write_traces
+from envs.expert_plan import issue_edit, parse_gold_patch
 from envs.micro import FAMILIES, MODULE, SPLIT_SIZES, generate
-from envs.tasks import load_task_set, load_tasks
+from envs.loaders import load_task_set, load_tasks
 from envs.validate import OK, validate_tasks
 
 
@@ -64,8 +66,9 @@ def test_tasks_pass_the_sanity_gate(make_sandbox):
 def test_expert_copies_the_edit_from_an_easy_issue(tmp_path):
     task = next(t for t in load_tasks("micro", "train") if t.stratum == "easy")
     out = tmp_path / "traces.jsonl"
-    counts = write_traces(str(out), [task], n_per_task=1, seed=0, recovery_rate=0.0,
-                          env_kwargs={"max_observation_chars": 300, "sandbox": {"workdir_root": str(tmp_path)}})
+    counts = write_traces(str(out), [task], PipelineConfig(traces_per_task=1, recovery_rate=0.0, trace_workers=1),
+                          EnvConfig(swe=SWEEnvConfig(max_observation_chars=300)), SandboxConfig(workdir_root=str(tmp_path)),
+                          seed=0)
     assert counts["resolved"] == 1
     replies = [m["content"] for m in json.loads(out.read_text())["messages"] if m["role"] == "assistant"]
     edit = next(r for r in replies if "sed -i" in r)

@@ -5,7 +5,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers the environments)
-from configs.schema import SandboxConfig
+from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
 from envs.local_sandbox import LocalSandbox
 from envs.outcomes import InfraError, InfraSource
 from envs.swe_env import SWEEnv
@@ -85,7 +85,7 @@ def test_long_output_is_truncated_into_the_space(env, task_by_id):
 
 
 def test_command_timeout_is_reported(tmp_path, task_by_id):
-    environment = SWEEnv(command_timeout_s=0.5, sandbox={"workdir_root": str(tmp_path)})
+    environment = SWEEnv(sandbox={"command_timeout_s": 0.5, "workdir_root": str(tmp_path)})
     environment.reset(options={"task": task_by_id["textkit-001"]})
     observation, _, terminated, _, info = environment.step(bash("sleep 5"))
     assert observation.startswith("exit code: 124 (timed out") and not terminated
@@ -132,13 +132,24 @@ def test_close_ends_a_passed_lease(tmp_path, task_by_id):
 
 
 def test_kwargs_override_config_and_unknown_ones_are_named():
-    environment = SWEEnv(split="eval", max_observation_chars=500, sandbox={"isolation": "none"})
-    assert environment.config.split == "eval" and environment.observation_space.max_length == 500
-    assert environment.config.sandbox == SandboxConfig(isolation="none")
+    environment = SWEEnv(tasks={"split": "eval"}, max_observation_chars=500, sandbox={"isolation": "none"})
+    assert environment.tasks_config.split == "eval" and environment.observation_space.max_length == 500
+    assert environment.sandbox_config == SandboxConfig(isolation="none")
     with pytest.raises(TypeError, match="max_observation_chars"):
         SWEEnv(max_obs_chars=10)
     with pytest.raises(TypeError, match="memory_mb"):
         SWEEnv(sandbox={"memory": 10})
+    # A sandbox setting given as an env setting names its home.
+    with pytest.raises(TypeError, match=r"command_timeout_s is a sandbox field"):
+        SWEEnv(command_timeout_s=60)
+
+
+def test_typed_sections_are_kept_and_keyword_settings_override_the_swe_section():
+    swe, sandbox, tasks = SWEEnvConfig(grade_timeout_s=7.0), SandboxConfig(memory_mb=512), TasksConfig(source="micro")
+    environment = SWEEnv(swe=swe, sandbox=sandbox, tasks=tasks, tamper_scores_zero=False)
+    assert environment.sandbox_config is sandbox and environment.tasks_config is tasks
+    assert environment.config == SWEEnvConfig(grade_timeout_s=7.0, tamper_scores_zero=False)
+    assert swe.tamper_scores_zero  # the run's section itself is not changed
 
 
 def test_an_unlistable_workspace_is_the_agents_doing_not_an_infra_error(tmp_path, task_by_id):

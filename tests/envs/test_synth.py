@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from configs.schema import SynthConfig
 from envs.synth import cli
-from envs.synth.injector import make_patch, run_pytest, stratum_for, synthesize
+from envs.synth.injector import make_patch, stratum_for, synthesize
 from envs.synth.mutators import FAMILIES, find_mutations
+from envs.synth.pytest_run import run_pytest
 
 # ---------------------------------------------------------------------------------------
 # Mutators
@@ -230,7 +232,7 @@ def test_synthesize_fixture_repo(tmp_path):
     repo = make_fixture_repo(tmp_path)
     before = (repo / "calc" / "ops.py").read_text()
     stats = {}
-    rows = synthesize(repo, 3, seed=0, timeout_s=120, stats=stats)
+    rows = synthesize(repo, SynthConfig(num_tasks=3, seed=0, timeout_s=120), stats=stats)
     assert len(rows) == 3 and stats["kept"] == 3 and stats["tried"] >= 3
     assert (repo / "calc" / "ops.py").read_text() == before  # the source repo is untouched
     assert not list(repo.rglob("__pycache__"))
@@ -258,13 +260,13 @@ def test_synthesize_fixture_repo(tmp_path):
         check_row(row, tmp_path)
     json.dumps(rows)
     # deterministic given the seed
-    again = synthesize(repo, 3, seed=0, timeout_s=120)
+    again = synthesize(repo, SynthConfig(num_tasks=3, seed=0, timeout_s=120))
     assert [r["instance_id"] for r in again] == [r["instance_id"] for r in rows]
 
 
 def test_problem_statement_quotes_the_failing_assertion(tmp_path):
     repo = make_fixture_repo(tmp_path)
-    rows = synthesize(repo, 2, seed=0, timeout_s=60, families=["change_binary_op"])
+    rows = synthesize(repo, SynthConfig(num_tasks=2, seed=0, timeout_s=60, families=["change_binary_op"]))
     (row,) = [r for r in rows if "+    return a + b" in r["patch"]]
     # `a - b` -> `a + b` in minus: the assertion and the wrong value are quoted
     assert "tests/test_ops.py::test_minus" in row["FAIL_TO_PASS"]
@@ -280,7 +282,7 @@ def test_synthesize_rejects_repo_without_passing_tests(tmp_path):
     (repo / "tests").mkdir(parents=True)
     (repo / "tests" / "test_x.py").write_text("def test_x():\n    assert False\n")
     with pytest.raises(SynthError):
-        synthesize(repo, 1, timeout_s=60)
+        synthesize(repo, SynthConfig(num_tasks=1, timeout_s=60))
 
 
 def test_cli_writes_jsonl_and_table(tmp_path, capsys):
@@ -326,7 +328,7 @@ def test_synthesize_real_third_party_repo(tmp_path):
         pytest.skip("referencing (with its tests) is not installed")
     t0 = time.monotonic()
     stats = {}
-    rows = synthesize(repo, 2, seed=0, timeout_s=240, stats=stats)
+    rows = synthesize(repo, SynthConfig(num_tasks=2, seed=0, timeout_s=240), stats=stats)
     elapsed = time.monotonic() - t0
     assert len(rows) == 2, stats
     assert stats["baseline_passed"] > 100

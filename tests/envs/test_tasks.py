@@ -3,7 +3,8 @@ import os
 import pytest
 
 from envs.builtin.suite import load_builtin
-from envs.tasks import Task, load_tasks
+from envs.loaders import load_tasks
+from envs.tasks import Task
 
 
 def test_suite_size_and_splits():
@@ -85,7 +86,8 @@ def test_split_all_and_task_split_field():
 
 
 def test_load_task_set_reports_no_skipped_rows_for_builtin():
-    from envs.tasks import TaskSet, load_task_set
+    from envs.loaders import load_task_set
+    from envs.tasks import TaskSet
 
     task_set = load_task_set("builtin", "train", format="builtin")
     assert isinstance(task_set, TaskSet) and not task_set.skipped

@@ -5,7 +5,7 @@ import pytest
 
 from configs.schema import TasksConfig
 from envs.loaders.common import reverse_patch
-from envs.tasks import load_tasks
+from envs.loaders import load_tasks
 from envs.validate import (NEEDS_CONTAINER, OK, QUARANTINED, SKIPPED, load_quarantine, quarantine_path,
                            validate_tasks, write_quarantine)
 

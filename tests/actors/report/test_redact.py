@@ -118,7 +118,7 @@ def _metric_names():
 def test_eval_outputs_hold_no_secret(tmp_path, env_secret):
     from actors import evaluate
     from actors.trajectory import Trajectory
-    from envs.tasks import load_tasks
+    from envs.loaders import load_tasks
 
     task = load_tasks(split="eval")[0]
     traj = Trajectory(group_id=0, member=0, attempt=0, task_id=task.id, admitted_version=0, outcome="resolved",
