@@ -57,9 +57,12 @@ def train_on_batch(fleet: Fleet, batch: Batch, minibatches: int) -> dict:
 
 
 def sync_weights(fleet: Fleet, version: int) -> tuple[list[int], float]:
-    exports = ray.get([t.export_weights.remote() for t in fleet.trainers])  # collective on sharded backends
-    versions = fleet.engine_set.sync(ray.put(exports[0]["state_dict"]), version)
-    return versions, exports[0]["time_export_s"]
+    # Collective on sharded backends: every rank exports; rank 0's state_dict goes to the engines
+    # by reference (the driver never fetches the weights).
+    exports = [t.export_weights.options(num_returns=2).remote() for t in fleet.trainers]
+    metas = ray.get([meta for meta, _ in exports])
+    versions = fleet.engine_set.sync(exports[0][1], version)
+    return versions, metas[0]["time_export_s"]
 
 
 def train(cfg: Config) -> Path:
@@ -112,7 +115,7 @@ def train(cfg: Config) -> Path:
         ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])
         results = shutdown(fleet, grace_s=cfg.rollout.shutdown_grace_s)
         accounting = ray.get(fleet.collector.accounting.remote())
-        faults = fault_report(results, fleet.engine_set.kills_injected, fleet.engine_set.restarts)
+        faults = fault_report(results, engine_kills.injected, fleet.engine_set.restarts)
         run_dir.write_accounting({**accounting, "episode_actors": results, "faults": faults,
                                   "engine_replacements": fleet.engine_set.restarts,
                                   "episode_replacements": fleet.episode_replacements,

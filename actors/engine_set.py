@@ -27,10 +27,7 @@ class EngineSet:
     version: int = 0
     weights: object = None  # ObjectRef of the current state_dict; None: the checkpoint at model_path
     restarts: int = 0
-    kills_injected: int = 0  # faults.engine_kill_rate
     _next_check: float = 0.0
-    # How long an injected kill waits for some engine to be generating.
-    KILL_WAIT_S = 10.0
 
     def start(self) -> "EngineSet":
         self.handles = [create_engine(self.cfg, i, self.model_path, self.namespace, resource=self.resource)
@@ -71,22 +68,6 @@ class EngineSet:
             self._replace(i)
         self._next_check = time.monotonic() + self.cfg.health_interval_s
         return dead
-
-    def inject_kill(self) -> int:
-        """faults.engine_kill_rate: kill the busiest engine actor, mid-generation when any request
-        is running; its requests fail as infra_error(engine) and it is replaced as a crash would be."""
-        deadline = time.monotonic() + self.KILL_WAIT_S
-        while True:  # wait (bounded) for a request to be running, so the kill lands mid-generation
-            loads = [(s.get("running", 0) + s.get("queued", 0), i) for i, s in enumerate(self.stats())
-                     if not s.get("dead")]
-            if not loads or max(loads)[0] > 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        index = max(loads)[1] if loads else 0
-        ray.kill(self.handles[index])
-        self.kills_injected += 1
-        print(f"[swerve] fault injected: engine-{index} killed", flush=True)
-        return index
 
     def maybe_replace_dead(self) -> list[int]:
         return self.replace_dead() if time.monotonic() >= self._next_check else []

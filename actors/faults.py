@@ -9,8 +9,11 @@ checks through `FaultPlan.injected` (actors/report/fault_report.py tabulates it)
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from typing import Optional
+
+import ray
 
 from configs.schema import FaultsConfig
 from envs.outcomes import InfraError, InfraSource
@@ -115,12 +118,30 @@ class FaultySandbox:
 
 
 class EngineKills:
-    """faults.engine_kill_rate: before a step's rollouts, maybe kill one engine (the driver's draw)."""
+    """faults.engine_kill_rate: before a step's rollouts, maybe kill the busiest engine actor,
+    mid-generation when any request is running; its requests fail as infra_error(engine) and the
+    engine set replaces it as it would after a crash (the driver's draw, seeded)."""
+
+    # How long a kill waits for some engine to be generating.
+    KILL_WAIT_S = 10.0
 
     def __init__(self, rate: float, seed: int):
         self.rate = rate
         self._rng = random.Random(seed)
+        self.injected = 0
 
-    def maybe_kill(self, engine_set) -> None:
-        if self.rate and self._rng.random() < self.rate:
-            engine_set.inject_kill()
+    def maybe_kill(self, engine_set) -> Optional[int]:
+        if not (self.rate and self._rng.random() < self.rate):
+            return None
+        deadline = time.monotonic() + self.KILL_WAIT_S
+        while True:  # wait (bounded) for a request to be running, so the kill lands mid-generation
+            loads = [(s.get("running", 0) + s.get("queued", 0), i) for i, s in enumerate(engine_set.stats())
+                     if not s.get("dead")]
+            if not loads or max(loads)[0] > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        index = max(loads)[1] if loads else 0
+        ray.kill(engine_set.handles[index])
+        self.injected += 1
+        print(f"[swerve] fault injected: engine-{index} killed", flush=True)
+        return index

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Optional
 
 import ray
@@ -17,6 +18,7 @@ from actors.engine_actor import EngineActor
 from actors.episode_actor import EpisodeActor
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
+from policies.server.process import SERVER_COMMANDS
 from policies.sim_engine import SimEngine
 from configs.schema import EngineConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
@@ -28,7 +30,8 @@ log = logging.getLogger(__name__)
 # decode loop), which batches them. By engine.backend:
 RemoteEngine = ray.remote(max_concurrency=256)(EngineActor)
 RemoteSimEngine = ray.remote(max_concurrency=256)(SimEngine)
-REMOTE_ENGINES = {"cpu": RemoteEngine, "sglang": RemoteEngine, "sim": RemoteSimEngine}
+# A backend with a server (policies/server/process.py SERVER_COMMANDS) runs it from an EngineActor.
+REMOTE_ENGINES = {**dict.fromkeys(SERVER_COMMANDS, RemoteEngine), "sim": RemoteSimEngine}
 RemoteEpisode = ray.remote(EpisodeActor)
 RemoteCollector = ray.remote(SampleCollector)
 RemoteSandbox = ray.remote(SandboxActor)
@@ -160,7 +163,20 @@ class SandboxLease:
     def kill(self) -> None:
         """End the sandbox actor as a crash would (fault injection, actors/faults.py): the call
         under way or the next one fails as infra_error(sandbox), the next start replaces it."""
-        ray.kill(self._actor())
+        handle = self._actor()
+        ray.kill(handle)
+        # ray.kill is asynchronous: wait for the death, so the next call fails as after a real crash
+        # instead of racing the kill and sometimes succeeding.
+        deadline = time.monotonic() + self.RPC_MARGIN_S
+        while time.monotonic() < deadline:
+            try:
+                ray.get(handle.stats.remote(), timeout=1.0)
+            except RayActorError:
+                return
+            except GetTimeoutError:
+                continue
+            time.sleep(0.05)
+        raise RuntimeError(f"sandbox-{self.label} outlived ray.kill for {self.RPC_MARGIN_S:.0f} s")
 
     def start(self, task) -> None:
         self._call("start", task, timeout_s=self.RPC_MARGIN_S + self.cfg.command_timeout_s)

@@ -9,7 +9,7 @@ Call order (the driver's, over Ray):
     shard.dp_rank_and_size()                                     # how the driver splits batches
     shard.load_checkpoint(dir)                                   # optional: resume
     shard.train_step(samples, temperature, global_loss_tokens)   # per update, every rank
-    shard.export_weights() / hf_state_dict() / export_hf(dir) / broadcast_weights(...)
+    shard.export_weights() (meta, state_dict) / hf_state_dict() / export_hf(dir) / broadcast_weights(...)
     shard.save_checkpoint(dir, step, extra)                      # every rank (collective)
     shard.close()
 
@@ -114,14 +114,15 @@ class TrainerShard:
         self.time_export_s = time.perf_counter() - t0
         return os.path.abspath(out_dir)
 
-    def export_weights(self, out_dir: str = "") -> dict:
-        """One call for the driver: {"version", "time_export_s"} plus "state_dict" (no out_dir:
-        object-store path) or "path" (safetensors on disk)."""
-        if out_dir:
-            result: dict = {"path": self.export_hf(out_dir)}
-        else:
-            result = {"state_dict": self.hf_state_dict()}
-        return {**result, "version": self._built().version, "time_export_s": self.time_export_s}
+    def export_weights(self) -> tuple[dict, dict]:
+        """The weights for the engines as two return values: call it with `num_returns=2`, so the
+        driver hands the state_dict's ObjectRef to the engines without fetching it (the bytes go
+        from this actor to the engines through the object store, never through the driver).
+        Returns ({"version", "time_export_s"}, the HF state_dict on rank 0, {} on the others).
+        Collective on sharded backends: every rank calls it."""
+        state = self.hf_state_dict()
+        meta = {"version": self._built().version, "time_export_s": self.time_export_s}
+        return meta, state if self.rank == 0 else {}
 
     def init_weight_update_group(self, master_address: str, master_port: int, world_size: int,
                                  group_name: str = "weight_update_group", backend: str = "nccl") -> None:

@@ -45,3 +45,12 @@ def tokenizer_path(tiny_policy):
 @pytest.fixture(scope="session")
 def model_path(tiny_policy):
     return tiny_policy[1]
+
+
+# Test tiers: `make test-fast` runs `-m "not slow"`, the unit tests. Whatever needs the shared
+# Ray session is slow by definition; tests that start their own Ray, a server process, a
+# training run or a process fleet carry `pytest.mark.slow` themselves.
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "ray_session" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)
