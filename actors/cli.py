@@ -21,12 +21,12 @@ def _serve(args: argparse.Namespace) -> int:
     """A standalone CPU engine on 127.0.0.1 (SGLang's native API) for the configured model."""
     from actors.policy_setup import ensure_policy
     from policies.server.app import serve
+    from policies.server.options import engine_server_config
 
     cfg = load_config(args.config, args.overrides)
     _, model_path = ensure_policy(cfg)
     print(f"[swerve] serving {model_path} on http://127.0.0.1:{args.port}", flush=True)
-    serve(model_path, host="127.0.0.1", port=args.port, max_batch_size=cfg.engine.max_batch_size,
-          max_context_tokens=cfg.engine.max_context_tokens, torch_threads=cfg.engine.torch_threads)
+    serve(engine_server_config(model_path, cfg.engine, host="127.0.0.1", port=args.port))
     return 0
 
 

@@ -123,7 +123,7 @@ class EngineActor:
                     os._exit(1)  # Ray reports the actor dead; the driver replaces it
                 return
             try:
-                usage = server_kv_usage(self.client.get(protocol.GET_SERVER_INFO, timeout_s=2.0))
+                usage = server_kv_usage(self.client.get_server_info(timeout_s=2.0))
             except (EngineHTTPError, EngineUnreachable):
                 usage = None
             if usage is not None:
@@ -231,7 +231,7 @@ class EngineActor:
             if rid not in self._inflight:
                 return
             self._user_aborted.add(rid)
-        self.client.post(protocol.ABORT_REQUEST, protocol.abort_request(rid))
+        self.client.abort(rid)
 
     def inflight(self) -> list[str]:
         with self._lock:
@@ -276,14 +276,14 @@ class EngineActor:
                 self._gate_open = False
                 self._epoch += 1
         try:
-            self.client.post(protocol.PAUSE_GENERATION, protocol.pause_generation_request(mode))
+            self.client.pause_generation(mode)
             try:
                 if mode == protocol.PAUSE_ABORT:
                     self._drain()
                 load()
                 self._version = version
             finally:
-                self.client.post(protocol.CONTINUE_GENERATION, {})
+                self.client.continue_generation()
         except (EngineHTTPError, EngineUnreachable) as err:
             raise InfraError(InfraSource.ENGINE, f"engine {self.index}: weight update failed: {err}") from err
         finally:
@@ -305,7 +305,7 @@ class EngineActor:
                     return
             if time.monotonic() > deadline:
                 raise EngineUnreachable(f"{len(self._sending)} requests did not come back after pause(abort)")
-            self.client.post(protocol.ABORT_REQUEST, protocol.abort_request(abort_all=True))
+            self.client.abort_all()
 
     def _set_version(self, version: int, t0: float, t_write: float) -> None:
         total = time.perf_counter() - t0

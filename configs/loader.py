@@ -14,12 +14,9 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from configs.schema import Config
 
 # Only backends that exist are allowed, so a typo or a not-yet-built backend fails at load time.
+# Keys typed as a Literal in configs/schema.py (engine.backend, trainer.backend, ...) are checked
+# by OmegaConf against it, and `_type_error` names the allowed values; these are the others.
 CHOICES = {
-    "engine.backend": ("cpu", "sglang", "sim"),
-    "engine.sim.tokens_distribution": ("uniform", "pareto"),
-    "engine.pause_mode": ("retract", "in_place"),
-    "trainer.backend": ("torch", "megatron", "sim"),
-    "trainer.loss_aggregation": ("token_mean", "seq_mean"),
     "rollout.mode": ("async", "sync"),
     "rollout.task_selection": ("uniform", "pass_rate"),
 }
@@ -79,6 +76,9 @@ def _type_error(err: ValidationError) -> ConfigError:
         value = OmegaConf.to_container(value)
     elif isinstance(value, Node):
         value = value._value()
+    hint = _leaf_type(key)
+    if typing.get_origin(hint) is typing.Literal:  # the same message as a CHOICES key's
+        return ConfigError(f"config key '{key}' is '{value}'; allowed: {', '.join(map(str, typing.get_args(hint)))}")
     shown = "null" if value is None else f"{value!r} ({type(value).__name__})"
     return ConfigError(f"config key '{key}' is {shown}; expected {_describe(_leaf_type(key))}")
 

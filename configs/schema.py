@@ -63,7 +63,7 @@ class SimEngineConfig:
     # tokens_pareto_shape, scale min, cut at max) for a heavy tail of long trajectories.
     tokens_per_turn_min: int = 24
     tokens_per_turn_max: int = 60
-    tokens_distribution: str = "uniform"
+    tokens_distribution: Literal["uniform", "pareto"] = "uniform"
     tokens_pareto_shape: float = 1.5
     # The command each non-final turn runs in the sandbox.
     command: str = "ls"
@@ -71,16 +71,20 @@ class SimEngineConfig:
     weight_update_s: float = 0.0
 
 
+# Engine backends: "cpu" our server (python -m policies.server); "sglang" a real SGLang server
+# (GPU); "sim" a simulated engine in the actor itself (engine.sim; benchmarks). Each has its
+# server command in policies/server/process.py SERVER_COMMANDS and its actor class in
+# actors/remote.py REMOTE_ENGINES ("sim" has no server).
+EngineBackend = Literal["cpu", "sglang", "sim"]
+
+
 @dataclass
 class EngineConfig:
-    # "cpu": our server (python -m policies.server); "sglang": a real SGLang server (GPU);
-    # "sim": a simulated engine in the actor itself (engine.sim; benchmarks).
-    backend: str = "cpu"
+    """Engine settings, and the defaults of the CPU server's flags (policies/server/options.py)."""
+    backend: EngineBackend = "cpu"
     num_engines: int = 2
     # Most requests the server decodes at once (CPU server: --max-running-requests).
     max_batch_size: int = 16
-    # Requests arriving within this window join the same decoding batch.
-    batch_wait_s: float = 0.01
     # Per-request cap on prompt + generated tokens (SGLang --context-length): a request at the
     # cap ends with finish reason "length", so one runaway request cannot starve the others.
     max_context_tokens: int = 4096
@@ -96,7 +100,7 @@ class EngineConfig:
     # with its version (ours): "retract" (KV recomputed with the new weights) or "in_place"
     # (KV kept). Servers without per-token versions (SGLang) are paused with "abort" and each
     # request resumes from its partial output, so versions stay exact.
-    pause_mode: str = "retract"
+    pause_mode: Literal["retract", "in_place"] = "retract"
     # Where weight updates are written as safetensors for /update_weights_from_disk;
     # empty: /dev/shm when writable, else the system temporary directory.
     weights_dir: str = ""
@@ -113,10 +117,17 @@ class EngineConfig:
     sim: SimEngineConfig = field(default_factory=SimEngineConfig)
 
 
+# Trainer backends (policies/trainer_backend.py BACKENDS holds each one's class): "torch" the HF
+# model, data parallel; "megatron" megatron-core (TP/EP); "sim" one scalar parameter whose step
+# takes trainer.sim_step_s (benchmarks).
+TrainerBackend = Literal["torch", "megatron", "sim"]
+# How per-token losses become the batch loss (policies.losses.grpo_loss).
+LossAggregation = Literal["token_mean", "seq_mean"]
+
+
 @dataclass
 class TrainerConfig:
-    # "torch" | "megatron" | "sim" (one scalar parameter; a step takes sim_step_s: benchmarks).
-    backend: str = "torch"
+    backend: TrainerBackend = "torch"
     # backend sim: seconds one train step takes (the forward and backward of the model it stands in for).
     sim_step_s: float = 1.0
     num_shards: int = 1
@@ -131,7 +142,7 @@ class TrainerConfig:
     # How per-token losses become the batch loss (policies.losses): "token_mean" (every token
     # weighs the same; long failing trajectories then push shared tokens down) | "seq_mean"
     # (every trajectory weighs the same).
-    loss_aggregation: str = "token_mean"
+    loss_aggregation: LossAggregation = "token_mean"
     # Passes over each batch, and optimizer steps per pass (the batch split into this many
     # minibatches). With 1 x 1 the PPO ratio is exactly 1 and clipping never acts; more steps reuse
     # each expensive rollout, clipped against the log-probs from before the first step.
@@ -147,7 +158,7 @@ class TrainerConfig:
     # Truncated importance weight cap: exp(proximal - behavior) is clamped to at most this.
     tis_cap: float = 2.0
     # dtype the trainer holds parameters in and computes with: "float32" | "bfloat16" | "float16".
-    params_dtype: str = "float32"
+    params_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     # megatron backend only: tensor / expert model-parallel sizes (each divides num_shards; the
     # data-parallel size is num_shards / tensor_parallel_size).
     tensor_parallel_size: int = 1

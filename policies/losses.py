@@ -8,11 +8,14 @@ weight exp(old - behavior) corrects for having sampled from a staler policy.
 """
 from __future__ import annotations
 
+import typing
 from typing import Dict, Optional, Tuple
 
 import torch
 
-AGGREGATIONS = ("token_mean", "seq_mean")
+from configs.schema import LossAggregation
+
+AGGREGATIONS = typing.get_args(LossAggregation)  # trainer.loss_aggregation's values
 
 
 def grpo_loss(

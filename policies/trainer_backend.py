@@ -29,25 +29,26 @@ Optional, with the shard's defaults used when a backend lacks them:
 """
 from __future__ import annotations
 
-import importlib
 from typing import Iterable
 
 import torch
 
-# name -> "module:Class". Imported on first use, so megatron-core is only imported by runs that
-# ask for it.
-BACKENDS = {
-    "torch": "policies.torch_backend:TorchBackend",
-    "megatron": "policies.megatron.backend:MegatronBackend",
-    "sim": "policies.sim_backend:SimBackend",
-}
+from configs.schema import TrainerBackend
+from policies.megatron.backend import MegatronBackend
+from policies.sim_backend import SimBackend
+from policies.torch_backend import TorchBackend
+
+# trainer.backend -> class: adding a backend is its name in configs.schema.TrainerBackend and its
+# class here (tests/policies/test_torch_backend.py checks the two agree). No lazy imports: the
+# megatron backend imports megatron-core inside its constructor, so importing the class costs
+# only what torch already costs, and a CPU install without megatron-core still imports this.
+BACKENDS: dict[TrainerBackend, type] = {"torch": TorchBackend, "megatron": MegatronBackend, "sim": SimBackend}
 
 
 def backend_class(name: str) -> type:
     if name not in BACKENDS:
         raise ValueError(f"trainer.backend is '{name}'; allowed: {', '.join(BACKENDS)}")
-    module, _, attr = BACKENDS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return BACKENDS[name]
 
 
 def clip_grad_norm(backend, max_norm: float) -> float:

@@ -98,10 +98,6 @@ class MegatronBackend:
     def data_parallel_rank(self) -> int:
         return dist.get_rank(self.data_parallel_group())
 
-    @property
-    def data_parallel_size(self) -> int:
-        return dist.get_world_size(self.data_parallel_group())
-
     def parameters(self) -> Iterable[torch.nn.Parameter]:
         return self.model.parameters()
 

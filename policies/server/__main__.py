@@ -1,4 +1,4 @@
-"""`python -m policies.server --model-path DIR --port N ...` (see app.build_arg_parser)."""
+"""`python -m policies.server --model-path DIR --port N ...` (see options.build_arg_parser)."""
 import sys
 
 from policies.server.app import main

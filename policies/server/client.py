@@ -10,13 +10,12 @@ JSON shapes follow SGLang's `http_server.py` / `io_struct.py`:
            "output_token_logprobs": [[logprob, token_id, text|null], ...]}}
   POST /abort_request {"rid": ...} | {"abort_all": true}
   POST /pause_generation {"mode": "abort"|"retract"|"in_place"}, POST /continue_generation {}
-  POST /flush_cache
   POST /update_weights_from_disk {"model_path", "weight_version", "flush_cache", "abort_all_requests"}
   POST /init_weights_update_group {"master_address", "master_port", "rank_offset", "world_size",
        "group_name", "backend"}
   POST /update_weights_from_distributed {"names", "dtypes", "shapes", "group_name", "flush_cache",
        "weight_version"}
-  GET  /get_server_info, /get_model_info, /get_weight_version, /health, /health_generate
+  GET  /get_server_info, /health
 """
 from __future__ import annotations
 
@@ -28,14 +27,12 @@ from typing import Any, Optional, Sequence
 
 from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
 from policies.server import protocol
-from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, FINISH_ABORT, FLUSH_CACHE, GENERATE,
-                                      GET_MODEL_INFO, GET_SERVER_INFO, GET_WEIGHT_VERSION, HEALTH, HEALTH_GENERATE,
-                                      PAUSE_GENERATION, UPDATE_WEIGHTS_FROM_DISK)
+from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, FINISH_ABORT, GENERATE, GET_SERVER_INFO,
+                                      HEALTH, PAUSE_GENERATION, UPDATE_WEIGHTS_FROM_DISK)
 
 # GPU (NCCL) weight sync: SGLang routes our CPU server does not serve.
 INIT_WEIGHTS_UPDATE_GROUP = "/init_weights_update_group"
 UPDATE_WEIGHTS_FROM_DISTRIBUTED = "/update_weights_from_distributed"
-DESTROY_WEIGHTS_UPDATE_GROUP = "/destroy_weights_update_group"
 
 
 class EngineHTTPError(RuntimeError):
@@ -130,10 +127,6 @@ class EngineClient:
     def generate_raw(self, body: dict, timeout_s: Optional[float] = None) -> dict:
         return self.post(GENERATE, body, timeout_s)
 
-    def generate(self, request: SampleRequest, rid: str, fallback_version: int = 0) -> SampleOutput:
-        answer = self.generate_raw(generate_body(request, rid))
-        return parse_generate(answer[0] if isinstance(answer, list) else answer, fallback_version)
-
     def abort(self, rid: str) -> None:
         self.post(ABORT_REQUEST, protocol.abort_request(rid))
 
@@ -145,15 +138,6 @@ class EngineClient:
 
     def continue_generation(self) -> None:
         self.post(CONTINUE_GENERATION, {})
-
-    def flush_cache(self) -> bool:
-        try:
-            self.post(FLUSH_CACHE)
-        except EngineHTTPError as err:
-            if err.status == 400:  # SGLang refuses while requests are running or waiting
-                return False
-            raise
-        return True
 
     # -- weights -----------------------------------------------------------------------
     def update_weights_from_disk(self, model_path: str, weight_version: Optional[str] = None,
@@ -178,30 +162,13 @@ class EngineClient:
             body["weight_version"] = weight_version
         return _checked(UPDATE_WEIGHTS_FROM_DISTRIBUTED, self.post(UPDATE_WEIGHTS_FROM_DISTRIBUTED, body))
 
-    def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> dict:
-        return _checked(DESTROY_WEIGHTS_UPDATE_GROUP, self.post(DESTROY_WEIGHTS_UPDATE_GROUP, {"group_name": group_name}))
-
     # -- state -------------------------------------------------------------------------
-    def get_server_info(self) -> dict:
-        return self.get(GET_SERVER_INFO)
-
-    def get_model_info(self) -> dict:
-        return self.get(GET_MODEL_INFO)
-
-    def weight_version(self) -> Optional[str]:
-        answer = self.get(GET_WEIGHT_VERSION)
-        return answer.get("weight_version") if isinstance(answer, dict) else None
+    def get_server_info(self, timeout_s: Optional[float] = None) -> dict:
+        return self.get(GET_SERVER_INFO, timeout_s)
 
     def health(self, timeout_s: float = 5.0) -> bool:
         try:
             self.get(HEALTH, timeout_s)
-        except (EngineHTTPError, EngineUnreachable):
-            return False
-        return True
-
-    def health_generate(self, timeout_s: float = 30.0) -> bool:
-        try:
-            self.get(HEALTH_GENERATE, timeout_s)
         except (EngineHTTPError, EngineUnreachable):
             return False
         return True

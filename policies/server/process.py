@@ -14,9 +14,9 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
-from configs.schema import EngineConfig
+from configs.schema import EngineBackend, EngineConfig
 
 LOG_TAIL_CHARS = 4000
 # Only the engine's own actor, on the same node, talks to its server: it listens on loopback
@@ -37,23 +37,35 @@ def weights_root(cfg: EngineConfig) -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 
 
+def _cpu_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "policies.server", "--model-path", model_path,
+            "--host", ENGINE_HOST, "--port", str(port),
+            "--context-length", str(cfg.max_context_tokens),
+            "--max-running-requests", str(cfg.max_batch_size),
+            "--torch-threads", str(cfg.torch_threads),
+            "--prefix-cache-tokens", str(cfg.prefix_cache_tokens),
+            "--weight-version", "0"]
+
+
+def _sglang_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
+            "--context-length", str(cfg.max_context_tokens),
+            "--mem-fraction-static", str(cfg.mem_fraction), "--tp-size", str(cfg.tp_size),
+            "--host", ENGINE_HOST, "--port", str(port), "--weight-version", "0"]
+
+
+# engine.backend -> the command line of its server; every EngineBackend but "sim" (which runs in
+# its actor, no server) has one, and actors/remote.py gives each of these an EngineActor.
+SERVER_COMMANDS: dict[EngineBackend, Callable[[EngineConfig, str, int], list[str]]] = {
+    "cpu": _cpu_command,
+    "sglang": _sglang_command,
+}
+
+
 def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
-    if cfg.backend == "cpu":
-        cmd = [sys.executable, "-m", "policies.server", "--model-path", model_path,
-               "--host", ENGINE_HOST, "--port", str(port),
-               "--context-length", str(cfg.max_context_tokens),
-               "--max-running-requests", str(cfg.max_batch_size),
-               "--torch-threads", str(cfg.torch_threads),
-               "--prefix-cache-tokens", str(cfg.prefix_cache_tokens),
-               "--weight-version", "0"]
-    elif cfg.backend == "sglang":
-        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
-               "--context-length", str(cfg.max_context_tokens),
-               "--mem-fraction-static", str(cfg.mem_fraction), "--tp-size", str(cfg.tp_size),
-               "--host", ENGINE_HOST, "--port", str(port), "--weight-version", "0"]
-    else:
-        raise ValueError(f"engine.backend '{cfg.backend}' has no server; allowed: cpu, sglang")
-    return cmd + list(cfg.server_args)
+    if cfg.backend not in SERVER_COMMANDS:
+        raise ValueError(f"engine.backend '{cfg.backend}' has no server; allowed: {', '.join(SERVER_COMMANDS)}")
+    return SERVER_COMMANDS[cfg.backend](cfg, model_path, port) + list(cfg.server_args)
 
 
 def _die_with_parent() -> None:

@@ -10,10 +10,10 @@ import torch
 
 from actors import engine_actor
 from actors.engine_actor import EngineActor
-from policies.server.client import EngineClient, EngineUnreachable
+from policies.server.client import EngineClient, EngineUnreachable, generate_body, parse_generate
 from configs.schema import EngineConfig
 from policies.model import load_model
-from policies.sampler import SampleRequest
+from policies.sample_types import SampleRequest
 
 CAP = 256
 
@@ -240,7 +240,7 @@ def test_swerve_serve_runs_a_standalone_cpu_engine(swerve_cache, model_path):
         while not client.health(timeout_s=1):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
             time.sleep(0.2)
-        out = client.generate(SampleRequest([1, 5, 9, 12], 5, seed=1), "serve-1")
+        out = parse_generate(client.generate_raw(generate_body(SampleRequest([1, 5, 9, 12], 5, seed=1), "serve-1")), 0)
         assert len(out.token_ids) == 5 and out.versions == [0] * 5
         assert client.get_server_info()["model_path"] == model_path
     finally:

@@ -7,7 +7,7 @@ from actors.remote import RemoteEngine, SandboxLease, engine_call
 from configs.schema import EngineConfig, FaultsConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.loaders import load_tasks
-from policies.sampler import SampleRequest
+from policies.sample_types import SampleRequest
 
 
 def test_killed_sandbox_is_an_infra_error_and_is_replaced(ray_session):

@@ -187,7 +187,7 @@ def test_config_schema_has_no_secret_fields():
 def test_engine_servers_are_launched_on_loopback():
     from policies.server.process import ENGINE_HOST, server_command
     from configs.schema import EngineConfig
-    from policies.server.app import build_arg_parser
+    from policies.server.options import build_arg_parser
 
     assert ENGINE_HOST == "127.0.0.1"
     for backend in ("cpu", "sglang"):

@@ -46,7 +46,7 @@ def run_job(rank, world, model_dir, tp, ep, batch_file, out_file) -> None:
         result = {
             "logprobs": logprobs.detach(), "loss": loss.item(),
             "grad_norm": backend.grad_norm().item(), "hf_state": backend.hf_state_dict(),
-            "dp_size": backend.data_parallel_size,
+            "dp_size": dist.get_world_size(backend.data_parallel_group()),
         }
         if ep > 1:
             # EP ranks are data-parallel ranks: their batches may differ in shape (rank 1:

@@ -9,7 +9,48 @@ from safetensors.torch import load_file
 from transformers import AutoConfig
 
 from policies.megatron import convert
-from policies.megatron.convert import from_hf, layout_from_hf_config, shard, to_hf, unshard
+from policies.megatron.convert import (Layout, StateDict, expert_index, from_hf, is_expert, layout_from_hf_config,
+                                       merge_shards, shard, split_rule, to_hf)
+
+
+# The inverse of `shard` over every rank's local dict (the backend gathers with collectives instead):
+# the round trips below check `shard` against it.
+def unshard(locals_by_rank: dict, layout: Layout) -> StateDict:
+    """All ranks' local state dicts, keyed by (tp_rank, ep_rank, etp_rank) -> full state dict.
+
+    Only the ranks that hold distinct pieces are needed: every tp_rank (at ep_rank 0) for
+    the dense parameters, and every (ep_rank, etp_rank) for the experts.
+    """
+    out: StateDict = {}
+    dense_ranks = [_find_tp(locals_by_rank, t) for t in range(layout.tp_size)]
+    for name in dense_ranks[0]:
+        if is_expert(name):
+            continue
+        out[name] = merge_shards([d[name] for d in dense_ranks], split_rule(name))
+    for ep in range(layout.ep_size if layout.is_moe else 0):
+        expert_ranks = [_find_expert(locals_by_rank, ep, r) for r in range(layout.etp_size)]
+        for name in expert_ranks[0]:
+            parts = expert_index(name)
+            if parts is None:
+                continue
+            head, j, tail = parts
+            out[f"{head}{ep * layout.num_local_experts + j}{tail}"] = merge_shards(
+                [d[name] for d in expert_ranks], split_rule(name))
+    return out
+
+
+def _find_tp(locals_by_rank, tp_rank):
+    for (t, _e, _et), state in locals_by_rank.items():
+        if t == tp_rank:
+            return state
+    raise KeyError(f"no local state for tp_rank {tp_rank}")
+
+
+def _find_expert(locals_by_rank, ep_rank, etp_rank):
+    for (_t, e, et), state in locals_by_rank.items():
+        if e == ep_rank and et == etp_rank:
+            return state
+    raise KeyError(f"no local state for ep_rank {ep_rank}, etp_rank {etp_rank}")
 
 
 def _load(path):

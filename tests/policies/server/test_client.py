@@ -117,7 +117,7 @@ import pytest  # noqa: E402
 
 from policies.server.client import (EngineClient, EngineHTTPError, EngineUnreachable, generate_body,  # noqa: E402
                                   parse_generate)
-from policies.sampler import SampleRequest  # noqa: E402
+from policies.sample_types import SampleRequest  # noqa: E402
 
 SGLANG_RESPONSE = {
     "text": " world",
@@ -193,14 +193,13 @@ def test_client_sends_sglang_paths_and_bodies(fake_server):
     client.update_weights_from_disk("/tmp/w", weight_version="7")
     client.continue_generation()
     client.abort("r9")
-    assert client.flush_cache() is True
     log = client.get("/_log")
     sent = {path: body for path, body in log}
     assert sent["/pause_generation"] == {"mode": "retract"}
     assert sent["/update_weights_from_disk"]["model_path"] == "/tmp/w"
     assert sent["/update_weights_from_disk"]["weight_version"] == "7"
     assert sent["/abort_request"]["rid"] == "r9"
-    out = client.generate(SampleRequest([1, 2], 3), "g1")
+    out = parse_generate(client.generate_raw(generate_body(SampleRequest([1, 2], 3), "g1")), 0)
     assert out.versions == [7, 7, 7] and len(out.token_ids) == 3 and out.finish_reason == "length"
 
 

@@ -8,7 +8,8 @@ import torch
 
 from policies.server import protocol
 from policies.server.prefix_cache import PrefixCache
-from policies.server.scheduler import Request, Scheduler
+from policies.server.request import Request
+from policies.server.scheduler import Scheduler
 
 
 def run(scheduler, prompts, max_new_tokens=6, temperature=0.0, seed=7):
@@ -37,7 +38,7 @@ def conversation(scheduler, turns=3, width=2, temperature=0.0):
 
 @pytest.fixture()
 def schedulers(model):
-    plain = Scheduler(model, max_batch_size=8, max_context_tokens=256)
+    plain = Scheduler(model, max_batch_size=8, max_context_tokens=256, prefix_cache_tokens=0)
     cached = Scheduler(model, max_batch_size=8, max_context_tokens=256, prefix_cache_tokens=4096)
     yield plain, cached
     plain.stop()

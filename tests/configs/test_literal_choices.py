@@ -1,0 +1,21 @@
+import pytest
+
+from configs import ConfigError, load_config
+
+
+@pytest.mark.parametrize("override, allowed", [
+    ("engine.backend=vllm", "cpu, sglang, sim"),
+    ("trainer.backend=jax", "torch, megatron, sim"),
+    ("trainer.loss_aggregation=sum", "token_mean, seq_mean"),
+    ("engine.pause_mode=drop", "retract, in_place"),
+    ("engine.sim.tokens_distribution=zipf", "uniform, pareto"),
+])
+def test_a_literal_key_lists_its_allowed_values(override, allowed):
+    key, value = override.split("=")
+    with pytest.raises(ConfigError, match=rf"'{key}' is '{value}'; allowed: {allowed}$"):
+        load_config(None, [override])
+
+
+def test_the_removed_batch_wait_key_is_unknown():
+    with pytest.raises(ConfigError, match="unknown config key 'engine.batch_wait_s'"):
+        load_config(None, ["engine.batch_wait_s=0.01"])

@@ -1,0 +1,33 @@
+"""Engine backends, their server command lines, and the server's flags defaulting to EngineConfig."""
+import dataclasses
+import typing
+
+import pytest
+
+from configs.schema import EngineBackend, EngineConfig
+from policies.server.options import ServerConfig, engine_server_config, parse_args
+from policies.server.process import SERVER_COMMANDS, server_command
+
+
+def test_every_engine_backend_but_the_in_actor_sim_has_a_server_command():
+    assert set(SERVER_COMMANDS) | {"sim"} == set(typing.get_args(EngineBackend))
+    for backend in SERVER_COMMANDS:
+        cmd = server_command(EngineConfig(backend=backend, server_args=["--log-level", "info"]), "/model", 1234)
+        assert cmd[cmd.index("--port") + 1] == "1234" and cmd[-2:] == ["--log-level", "info"]
+    with pytest.raises(ValueError, match="has no server; allowed: cpu, sglang"):
+        server_command(EngineConfig(backend="sim"), "/model", 1234)
+
+
+def test_the_cpu_command_line_parses_back_to_the_engines_settings():
+    engine = EngineConfig(max_batch_size=3, max_context_tokens=512, torch_threads=2, prefix_cache_tokens=99)
+    cmd = server_command(engine, "/model", 1234)
+    parsed, log_level = parse_args(cmd[cmd.index("--model-path"):])
+    assert parsed == engine_server_config("/model", engine, port=1234) and log_level == "warning"
+
+
+def test_server_defaults_are_the_engine_defaults():
+    engine, server = EngineConfig(), ServerConfig(model_path="/model")
+    shared = {f.name for f in dataclasses.fields(ServerConfig)} & {f.name for f in dataclasses.fields(EngineConfig)}
+    assert shared == {"max_batch_size", "max_context_tokens", "torch_threads", "prefix_cache_tokens"}
+    assert {name: getattr(server, name) for name in shared} == {name: getattr(engine, name) for name in shared}
+    assert parse_args(["--model-path", "/model"])[0] == server
