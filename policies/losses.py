@@ -13,7 +13,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from configs.schema import LossAggregation
+from configs.schema import LossAggregation, TrainerConfig
 
 AGGREGATIONS = typing.get_args(LossAggregation)  # trainer.loss_aggregation's values
 
@@ -23,14 +23,14 @@ def grpo_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.28,
+    clip_eps_low: float = TrainerConfig.clip_eps_low,
+    clip_eps_high: float = TrainerConfig.clip_eps_high,
     behavior_logprobs: Optional[torch.Tensor] = None,
-    tis_cap: float = 2.0,
+    tis_cap: float = TrainerConfig.tis_cap,
     ref_logprobs: Optional[torch.Tensor] = None,
-    kl_coef: float = 0.0,
+    kl_coef: float = TrainerConfig.kl_coef,
     num_tokens: Optional[int] = None,
-    aggregation: str = "token_mean",
+    aggregation: str = TrainerConfig.loss_aggregation,
     num_sequences: Optional[int] = None,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
     """Return (loss, stats). Shapes: [B, T] per-token tensors, advantages [B].

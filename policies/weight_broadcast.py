@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from configs.schema import TrainerConfig
+
 DEFAULT_GROUP = "weight_update_group"
 
 
@@ -64,7 +66,7 @@ def buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int):
 def broadcast_weights_nccl(named: Iterable[tuple[str, torch.Tensor]], group: dist.ProcessGroup,
                            announce: Callable[[list, list, list], Any],
                            wait: Optional[Callable[[Any], Any]] = None,
-                           bucket_bytes: int = 512 << 20, device: Optional[torch.device] = None,
+                           bucket_bytes: int = TrainerConfig.weight_bucket_mb << 20, device: Optional[torch.device] = None,
                            dtype: Optional[torch.dtype] = None) -> dict:
     """Broadcast (name, tensor) pairs from this process (rank 0 of `group`) to the engines.
 

@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Optional, Sequence
 
+from configs.schema import EngineConfig
 from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
 from policies.server import protocol
 from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, FINISH_ABORT, GENERATE, GET_SERVER_INFO,
@@ -92,7 +93,7 @@ def parse_generate(item: dict, fallback_version: int) -> SampleOutput:
 
 
 class EngineClient:
-    def __init__(self, base_url: str, timeout_s: float = 600.0):
+    def __init__(self, base_url: str, timeout_s: float = EngineConfig.request_timeout_s):
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
 

@@ -13,7 +13,6 @@ from typing import Optional, Sequence, Tuple
 from configs.schema import EngineConfig
 from policies.server.process import ENGINE_HOST
 
-_ENGINE = EngineConfig()
 # SGLang's default port; engine actors always pass a free one.
 DEFAULT_PORT = 30000
 
@@ -23,15 +22,15 @@ class ServerConfig:
     model_path: str
     host: str = ENGINE_HOST
     port: int = DEFAULT_PORT
-    max_batch_size: int = _ENGINE.max_batch_size
-    max_context_tokens: int = _ENGINE.max_context_tokens
+    max_batch_size: int = EngineConfig.max_batch_size
+    max_context_tokens: int = EngineConfig.max_context_tokens
     # KV-token pool and per-step prefill budget; None: the scheduler sizes them from the above.
     max_total_tokens: Optional[int] = None
     max_prefill_tokens: Optional[int] = None
     weight_version: str = "0"
-    torch_threads: int = _ENGINE.torch_threads
+    torch_threads: int = EngineConfig.torch_threads
     # KV of finished requests kept for their conversation's next turn (0: no prefix cache).
-    prefix_cache_tokens: int = _ENGINE.prefix_cache_tokens
+    prefix_cache_tokens: int = EngineConfig.prefix_cache_tokens
 
 
 def engine_server_config(model_path: str, engine: EngineConfig, host: str = ENGINE_HOST,
