@@ -14,7 +14,7 @@ Call order (the driver's, over Ray):
     shard.close()
 
 Without `join` (tests, world size 1) the trainer is built on first use; a backend that needs a
-process group (megatron) then joins a one-rank group on loopback by itself.
+process group even then (megatron) makes a one-rank group of its own.
 
 Rendezvous the way Ray Train does it: rank 0 picks the address and port, every rank gets
 RANK / WORLD_SIZE / LOCAL_RANK and joins.
@@ -70,10 +70,7 @@ class TrainerShard:
             return self.trainer
         if self.world_size > 1 and not dist.is_initialized():
             raise RuntimeError(f"trainer rank {self.rank} of {self.world_size}: call join() before training")
-        if self.cfg.backend != "torch" and not dist.is_initialized():
-            self.join(*self.rendezvous_address())  # a one-rank group on loopback
-        else:
-            self._build()
+        self._build()
         return self.trainer
 
     def _build(self) -> None:

@@ -114,7 +114,7 @@ def test_megatron_backend_trains_like_torch_and_resumes(model_path, tmp_path):
     want = [reference.train_step(batch, 1.0, tokens) for _ in range(3)]
 
     cfg = TrainerConfig(backend="megatron", lr=1e-3)
-    shard = TrainerShard(0, 1, cfg, model_path, seed=0)  # world size 1: joins a one-rank group itself
+    shard = TrainerShard(0, 1, cfg, model_path, seed=0)  # world size 1: the backend makes a one-rank group
     got = [shard.train_step(batch, 1.0, tokens)]
     assert type(shard.trainer.backend).__name__ == "MegatronBackend"
     shard.save_checkpoint(str(tmp_path / "ckpt"), 1, {"k": 1})
