@@ -1,7 +1,7 @@
 """Gymnasium text environments, tasks, sandboxes and the grader.
 
 Importing envs (any module of it) registers `swerve/SWE-v0` and `swerve/Reverse-v0` with
-gymnasium. Entry points are strings, so registering imports neither env: the package stays
+gymnasium. Entry points are strings, so registering imports neither env and the package stays
 cheap to import. `envs.make.make_env` builds the configured env with the run's config.
 """
 from __future__ import annotations
@@ -11,11 +11,9 @@ import gymnasium
 from envs.outcomes import SCORED, InfraError, InfraSource, Outcome
 from envs.tasks import Task
 
-SWE_ENV_ID = "swerve/SWE-v0"
-REVERSE_ENV_ID = "swerve/Reverse-v0"
 ENV_IDS = {
-    SWE_ENV_ID: "envs.swe_env:SWEEnv",
-    REVERSE_ENV_ID: "envs.reverse_env:ReverseEnv",
+    "swerve/SWE-v0": "envs.swe_env:SWEEnv",
+    "swerve/Reverse-v0": "envs.reverse_env:ReverseEnv",
 }
 
 for _env_id, _entry_point in ENV_IDS.items():
@@ -23,4 +21,4 @@ for _env_id, _entry_point in ENV_IDS.items():
     if _env_id not in gymnasium.registry:
         gymnasium.register(id=_env_id, entry_point=_entry_point)
 
-__all__ = ["ENV_IDS", "InfraError", "InfraSource", "Outcome", "REVERSE_ENV_ID", "SCORED", "SWE_ENV_ID", "Task"]
+__all__ = ["ENV_IDS", "InfraError", "InfraSource", "Outcome", "SCORED", "Task"]

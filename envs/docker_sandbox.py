@@ -62,20 +62,6 @@ def _cli_env() -> dict:
     return {k: v for k, v in os.environ.items() if k in keep or k.startswith("DOCKER_")}
 
 
-def docker_engine_reason() -> Optional[str]:
-    """None when a Docker engine answers, else why not (for skips and errors)."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return "docker: the docker CLI is not installed"
-    try:
-        done = subprocess.run([docker, "info"], capture_output=True, env=_cli_env(), timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"docker: no Docker engine running ({error})"
-    if done.returncode != 0:
-        return "docker: no Docker engine running"
-    return None
-
-
 class DockerSandbox:
     def __init__(self, config: SandboxConfig):
         self.config = config

@@ -9,7 +9,7 @@ as many real bug reports do; "hard" issues give only the symptom.
 
 Generation is deterministic (seeded per split), validated in-process (the fixed function
 passes every test, the buggy one fails exactly the failing test) and cached by content under
-`~/.cache/swerve/tasks/micro-<hash>/`. Train and eval tasks are drawn with different seeds;
+`~/.cache/swerve/tasks/micro-<hash>/` (or $SWERVE_CACHE_DIR). Train and eval tasks are drawn with different seeds;
 the templates and families are shared, the names, constants and inputs are not.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
-from envs.builtin.suite import DEFAULT_CACHE_DIR, materialize
+from envs.cache import build_dir_once, cache_root
 from envs.minimal_edit import minimal_edit
 from envs.pytest_summary import PYTEST_COMMAND
 from envs.tasks import Task
@@ -252,14 +252,15 @@ def _write(workspace: Path, files: dict) -> None:
         (workspace / name).write_text(content)
 
 
-def load_micro(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_CACHE_DIR) -> List[Task]:
-    root = Path(cache_dir).expanduser() / "tasks" / f"micro-{_cache_key()}"
+def load_micro(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] = None) -> List[Task]:
+    """The tasks of one split; workspaces under `cache_dir` (None: envs.cache.cache_root())."""
+    root = (Path(cache_dir).expanduser() if cache_dir else cache_root()) / "tasks" / f"micro-{_cache_key()}"
     tasks = []
     for micro in generate(split):
         if ids and micro.id not in ids:
             continue
         target = root / micro.id
-        materialize(target, lambda workspace, files=micro.files: _write(workspace, files))
+        build_dir_once(target, lambda workspace, files=micro.files: _write(workspace, files))
         tasks.append(Task(
             id=micro.id, repo=f"swerve-micro/{micro.id}", workspace_dir=str(target),
             problem_statement=micro.problem_statement, test_command=PYTEST_COMMAND,

@@ -112,16 +112,6 @@ class SandboxPool:
                 return len(self._ready.get(task_id, ()))
             return sum(len(queue) for queue in self._ready.values())
 
-    def wait_ready(self, task_id: str, count: Optional[int] = None, timeout_s: float = 30.0) -> bool:
-        """Block until `count` (default pool_size) leases of a task are ready; for tests and warm-up."""
-        count = self.config.pool_size if count is None else count
-        deadline_s = time.monotonic() + timeout_s
-        while self.ready_count(task_id) < count:
-            if time.monotonic() > deadline_s:
-                return False
-            time.sleep(0.01)
-        return True
-
     def prepare(self, task: Task) -> None:
         """Start filling ready leases for a task before anyone asks for it."""
         self._request_refill(task)

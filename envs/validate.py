@@ -25,8 +25,8 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from configs.schema import TasksConfig
 from envs.grader import GradeResult
+from envs.cache import cache_root
 from envs.loaders import NAMED_SOURCES, load_tasks
-from envs.loaders.common import cache_root
 from envs.outcomes import InfraError
 from envs.pristine_view import grade_on_pristine
 from envs.sandbox import Sandbox
@@ -113,12 +113,6 @@ def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s:
     if empty.resolved:
         return done(QUARANTINED, "empty patch already resolves the task", gold.resolved, empty.resolved)
     return done(OK, "", gold.resolved, empty.resolved)
-
-
-def validate_tasks(tasks: Iterable[Task], sandbox_factory: Callable[[], Sandbox],
-                   timeout_s: float) -> List[ValidationResult]:
-    """Check each task (gold resolves, empty does not) in fresh sandbox leases, one at a time."""
-    return [validate_task(task, sandbox_factory, timeout_s) for task in tasks]
 
 
 def quarantine_path(cfg_tasks: TasksConfig) -> Path:

@@ -1,4 +1,4 @@
-"""Malformed and duplicate task rows, through the real loader (envs.tasks.load_task_set).
+"""Malformed and duplicate task rows, through the real loader (envs.loaders.load_task_set).
 
 Refused means: the bad row is skipped and named (row, field, reason), the good rows load.
 """

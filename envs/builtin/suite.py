@@ -2,26 +2,25 @@
 
 `tasks.json` describes each task as one line edit applied to a correct repository in
 `repos/`: the line `old` (correct) becomes `new` (buggy). Workspaces live under
-`~/.cache/swerve/tasks/<content-hash>/<task id>/`, so editing the suite never reuses stale ones.
+`~/.cache/swerve/tasks/<content-hash>/<task id>/` ($SWERVE_CACHE_DIR instead of ~/.cache/swerve
+when set), so editing the suite never reuses stale ones.
 """
 from __future__ import annotations
 
 import difflib
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import List, Optional, Sequence
 
+from envs.cache import build_dir_once, cache_root
 from envs.pytest_summary import PYTEST_COMMAND
 from envs.tasks import Task
 
 SUITE_DIR = Path(__file__).resolve().parent
 REPOS_DIR = SUITE_DIR / "repos"
 TASKS_FILE = SUITE_DIR / "tasks.json"
-DEFAULT_CACHE_DIR = "~/.cache/swerve"
 SPLITS = ("train", "eval")
 _IGNORED = {"__pycache__", ".pytest_cache"}
 
@@ -64,30 +63,12 @@ def _gold_patch(relative: str, buggy: str, fixed: str) -> str:
     return "".join(diff)
 
 
-def materialize(target: Path, populate: Callable[[Path], None]) -> None:
-    """`populate` a temporary sibling of `target`, then rename it into place (atomic, idempotent)."""
-    if target.is_dir():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    workspace = staging / "workspace"
-    populate(workspace)
-    try:
-        os.rename(workspace, target)
-    except OSError:
-        # Another process materialized the same content-addressed workspace first: use it.
-        if not target.is_dir():
-            raise
-    finally:
-        shutil.rmtree(staging)
-
-
 def _materialize(row: dict, buggy: str, target: Path) -> None:
     def populate(workspace: Path) -> None:
         shutil.copytree(REPOS_DIR / row["repo"], workspace, ignore=shutil.ignore_patterns(*_IGNORED))
         (workspace / row["file"]).write_text(buggy)
 
-    materialize(target, populate)
+    build_dir_once(target, populate)
 
 
 def _check_repos(suite: dict) -> None:
@@ -100,12 +81,13 @@ def _check_repos(suite: dict) -> None:
             raise ValueError(f"{TASKS_FILE}: repository {name!r} has split {meta.get('split')!r}; allowed: {list(SPLITS)}")
 
 
-def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: str = DEFAULT_CACHE_DIR) -> List[Task]:
+def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] = None) -> List[Task]:
+    """The tasks of one split; workspaces under `cache_dir` (None: envs.cache.cache_root())."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} for source 'builtin'; allowed splits: {list(SPLITS)}")
     suite = json.loads(TASKS_FILE.read_text())
     _check_repos(suite)
-    root = Path(cache_dir).expanduser() / "tasks" / suite_hash()
+    root = (Path(cache_dir).expanduser() if cache_dir else cache_root()) / "tasks" / suite_hash()
     tasks = []
     for row in suite["tasks"]:
         if suite["repos"][row["repo"]]["split"] != split or (ids and row["id"] not in ids):

@@ -1,12 +1,9 @@
 """Helpers shared by the row loaders: reading row files, checking fields, reversing diffs,
-and content-addressed cache directories written atomically."""
+hashing a repository tree. (Cache directories: envs/cache.py.)"""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
@@ -22,11 +19,6 @@ class RowError(ValueError):
         super().__init__(f"field {field!r}: {reason}")
         self.field = field
         self.reason = reason
-
-
-def cache_root() -> Path:
-    """Root of swerve's caches: $SWERVE_CACHE_DIR, else ~/.cache/swerve."""
-    return Path(os.environ.get("SWERVE_CACHE_DIR") or "~/.cache/swerve").expanduser()
 
 
 def row_files(path: Path) -> List[Path]:
@@ -208,27 +200,6 @@ def tree_hash(root: Path, ignore: Callable[[Path], bool]) -> str:
         digest.update(relative.as_posix().encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()
-
-
-def build_dir_once(final_dir: Path, build: Callable[[Path], None]) -> Path:
-    """final_dir, built by build(staging) into a temporary sibling and renamed into place (atomic).
-
-    A failed build leaves nothing behind; a concurrent identical build that wins the rename is kept.
-    """
-    if final_dir.is_dir():
-        return final_dir
-    final_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}-", dir=final_dir.parent))
-    try:
-        build(staging / "out")
-        try:
-            os.rename(staging / "out", final_dir)
-        except OSError:
-            if not final_dir.is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final_dir
 
 
 def skip(where: str, row: Any, error: RowError) -> SkippedRow:

@@ -29,8 +29,9 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Sequence
 
-from envs.loaders.common import (RowError, build_dir_once, cache_root, collect_rows, optional_str,
-                                 path_globs, require_str, reverse_patch, row_split, selected, test_list, tree_hash)
+from envs.cache import build_dir_once, cache_root
+from envs.loaders.common import (RowError, collect_rows, optional_str, path_globs, require_str, reverse_patch,
+                                 row_split, selected, test_list, tree_hash)
 from envs.pytest_summary import PYTEST_COMMAND
 from envs.tasks import Task, TaskSet
 

@@ -1,17 +1,32 @@
 """The docker backend. With a Docker engine the lifecycle runs for real; without one those
 tests skip and a stand-in `docker` CLI (tests below) checks the argv and the lease logic."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import time
+from typing import Optional
 
 import pytest
 
 from configs.schema import SandboxConfig
 from envs.container_sandbox import CONTAINER_ENV
-from envs.docker_sandbox import DockerSandbox, docker_engine_reason
+from envs.docker_sandbox import DockerSandbox
 from envs.outcomes import InfraError
+
+
+def docker_engine_reason() -> Optional[str]:
+    """None when a Docker engine answers, else why not (the reason the real-engine tests skip)."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return "docker: the docker CLI is not installed"
+    try:
+        done = subprocess.run([docker, "info"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"docker: no Docker engine running ({error})"
+    return None if done.returncode == 0 else "docker: no Docker engine running"
+
 
 _NO_ENGINE = docker_engine_reason()
 needs_engine = pytest.mark.skipif(_NO_ENGINE is not None, reason=_NO_ENGINE or "")

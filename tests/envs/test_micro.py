@@ -7,9 +7,9 @@ import pytest
 from configs.schema import EnvConfig, PipelineConfig, SandboxConfig, SWEEnvConfig
 from envs.expert import write_traces
 from envs.expert_plan import issue_edit, parse_gold_patch
-from envs.micro import FAMILIES, MODULE, SPLIT_SIZES, generate
 from envs.loaders import load_task_set, load_tasks
-from envs.validate import OK, validate_tasks
+from envs.micro import FAMILIES, MODULE, SPLIT_SIZES, generate
+from envs.validate import OK, validate_task
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +59,7 @@ def test_loader_splits_and_ids():
 
 def test_tasks_pass_the_sanity_gate(make_sandbox):
     tasks = load_tasks("micro", "train")[: len(FAMILIES)]  # one per family
-    results = validate_tasks(tasks, make_sandbox, 60.0)
+    results = [validate_task(task, make_sandbox, 60.0) for task in tasks]
     assert [r.verdict for r in results] == [OK] * len(tasks), [r.reason for r in results]
 
 

@@ -13,6 +13,16 @@ from envs.sandbox import Sandbox
 from envs.sandbox_pool import SandboxPool
 
 
+def wait_ready(pool: SandboxPool, task_id: str, timeout_s: float = 30.0) -> bool:
+    """Block until the pool holds pool_size ready leases of a task (they are refilled in the background)."""
+    deadline_s = time.monotonic() + timeout_s
+    while pool.ready_count(task_id) < pool.config.pool_size:
+        if time.monotonic() > deadline_s:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 @pytest.fixture
 def make_pool(tmp_path):
     made = []
@@ -42,7 +52,7 @@ def test_warm_start_takes_a_ready_lease_and_is_faster(make_pool, task_by_id, tmp
         pool.start(task)
         assert not pool.last_start_warm
         cold.append(pool.last_start_s)
-        assert pool.wait_ready(task.id)
+        assert wait_ready(pool, task.id)
         pool.start(task)
         assert pool.last_start_warm
         warm.append(pool.last_start_s)
@@ -59,7 +69,7 @@ def test_a_warm_lease_is_fresh(make_pool, task_by_id):
     task = task_by_id["textkit-001"]
     pool.start(task)
     pool.exec("echo broken > textkit/case.py; touch extra.txt")
-    assert pool.wait_ready(task.id)
+    assert wait_ready(pool, task.id)
     pool.start(task)
     assert pool.last_start_warm
     assert "extra.txt" not in pool.exec("ls").output and "broken" not in pool.read_file("textkit/case.py")
@@ -72,7 +82,7 @@ def test_close_leaves_no_lease_behind(make_pool, task_by_id, tmp_path):
     pool = make_pool(pool_size=3)
     task = task_by_id["textkit-001"]
     pool.start(task)
-    assert pool.wait_ready(task.id)
+    assert wait_ready(pool, task.id)
     cgroups = [p for lease in [pool.current] for p in (lease.cgroup.dirs.values() if lease.cgroup else [])]
     assert len(_lease_dirs(tmp_path)) == 4
     pool.close()
@@ -90,9 +100,9 @@ def test_only_recent_tasks_keep_ready_leases(make_pool, task_by_id, tmp_path):
     pool = make_pool(pool_size=1, pool_tasks=1)
     first, second = task_by_id["textkit-001"], task_by_id["inventory-001"]
     pool.start(first)
-    assert pool.wait_ready(first.id)
+    assert wait_ready(pool, first.id)
     pool.start(second)
-    assert pool.wait_ready(second.id)
+    assert wait_ready(pool, second.id)
     assert pool.ready_count(first.id) == 0 and pool.ready_count() == 1
     assert len(_lease_dirs(tmp_path)) == 2  # the current lease and one ready lease
 
@@ -101,7 +111,7 @@ def test_idle_ready_leases_are_not_used(make_pool, task_by_id):
     pool = make_pool(pool_size=1, pool_max_idle_s=0.0)
     task = task_by_id["textkit-001"]
     pool.start(task)
-    assert pool.wait_ready(task.id)
+    assert wait_ready(pool, task.id)
     time.sleep(0.01)
     pool.start(task)
     assert not pool.last_start_warm

@@ -4,12 +4,16 @@ from dataclasses import replace
 import pytest
 
 from configs.schema import TasksConfig
-from envs.loaders.common import reverse_patch
 from envs.loaders import load_tasks
+from envs.loaders.common import reverse_patch
 from envs.validate import (NEEDS_CONTAINER, OK, QUARANTINED, SKIPPED, load_quarantine, quarantine_path,
-                           validate_tasks, write_quarantine)
+                           validate_task, write_quarantine)
 
 TIMEOUT_S = 60.0
+
+
+def _validate_all(tasks, sandbox_factory, timeout_s):
+    return [validate_task(task, sandbox_factory, timeout_s) for task in tasks]
 NEW_FILE = "--- /dev/null\n+++ b/NOTES.txt\n@@ -0,0 +1 @@\n+a note that fixes nothing\n"
 
 
@@ -25,7 +29,7 @@ def two_tasks(task_by_id):
 
 
 def test_builtin_tasks_pass_the_gate(make_sandbox, two_tasks):
-    results = validate_tasks(two_tasks, make_sandbox, TIMEOUT_S)
+    results = _validate_all(two_tasks, make_sandbox, TIMEOUT_S)
     assert [(r.task_id, r.verdict, r.gold_resolved, r.empty_resolved) for r in results] == [
         ("textkit-001", OK, True, False), ("inventory-001", OK, True, False)]
     assert all(r.seconds > 0 and r.reason == "" for r in results)
@@ -39,7 +43,7 @@ def test_broken_tasks_are_quarantined_with_a_reason(make_sandbox, two_tasks):
         replace(good, id="already-passing", fail_to_pass=()),
         replace(good, id="no-gold", gold_patch=""),
     ]
-    results = {r.task_id: r for r in validate_tasks(broken, make_sandbox, TIMEOUT_S)}
+    results = {r.task_id: r for r in _validate_all(broken, make_sandbox, TIMEOUT_S)}
     assert all(r.verdict == QUARANTINED for r in results.values())
     assert results["no-fix"].reason.startswith("gold patch does not resolve")
     assert good.fail_to_pass[0] in results["no-fix"].reason
@@ -51,7 +55,7 @@ def test_broken_tasks_are_quarantined_with_a_reason(make_sandbox, two_tasks):
 
 def test_tasks_needing_an_image_are_skipped_not_quarantined(make_sandbox, two_tasks):
     image_task = replace(two_tasks[0], id="in-image", workspace_dir="", image="swebench/sweb.eval.x86_64.a_1776_b-1:latest")
-    (result,) = validate_tasks([image_task], make_sandbox, TIMEOUT_S)
+    (result,) = _validate_all([image_task], make_sandbox, TIMEOUT_S)
     assert result.verdict == SKIPPED and NEEDS_CONTAINER in result.reason and result.gold_resolved is None
 
 
@@ -69,7 +73,7 @@ def test_swesmith_local_task_passes_the_gate(tmp_path, make_sandbox):
            "FAIL_TO_PASS": ["tests/test_ops.py::test_add"], "PASS_TO_PASS": ["tests/test_ops.py::test_zero"]}
     (tmp_path / "synth.jsonl").write_text(json.dumps(row) + "\n")
     tasks = load_tasks(str(tmp_path / "synth.jsonl"))
-    (result,) = validate_tasks(tasks, make_sandbox, TIMEOUT_S)
+    (result,) = _validate_all(tasks, make_sandbox, TIMEOUT_S)
     assert (result.verdict, result.gold_resolved, result.empty_resolved) == (OK, True, False), result.reason
 
 
@@ -78,7 +82,7 @@ def test_quarantine_file_is_merged_written_atomically_and_loaded(tmp_path, make_
     path = quarantine_path(cfg)
     assert path == tmp_path / "q" / "quarantine.json" and load_quarantine(cfg) == {}
     good = two_tasks[0]
-    first = validate_tasks([replace(good, gold_patch=NEW_FILE), two_tasks[1]], make_sandbox, TIMEOUT_S)
+    first = _validate_all([replace(good, gold_patch=NEW_FILE), two_tasks[1]], make_sandbox, TIMEOUT_S)
     write_quarantine(path, "builtin", first)
     data = json.loads(path.read_text())
     assert data["source"] == "builtin" and list(data["tasks"]) == ["textkit-001"]
@@ -86,7 +90,7 @@ def test_quarantine_file_is_merged_written_atomically_and_loaded(tmp_path, make_
     # A later run that finds the task fine removes it; tasks not checked keep their entries.
     write_quarantine(path, "builtin", [replace(first[0], task_id="other", verdict=QUARANTINED)])
     assert set(load_quarantine(cfg)) == {"textkit-001", "other"}
-    write_quarantine(path, "builtin", validate_tasks([good], make_sandbox, TIMEOUT_S))
+    write_quarantine(path, "builtin", _validate_all([good], make_sandbox, TIMEOUT_S))
     assert set(load_quarantine(cfg)) == {"other"}
     assert [p.name for p in path.parent.iterdir()] == ["quarantine.json"]  # no temporary file left
 
