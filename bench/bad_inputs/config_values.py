@@ -36,7 +36,7 @@ PROBES = [
             "must be >= rollout.max_tokens_per_turn (1024)"),
     _config("config_zero_engines", ["engine.num_engines=0"], "'engine.num_engines' is 0; it must be at least 1"),
     _config("config_negative_staleness", ["rollout.max_staleness=-1"], "'rollout.max_staleness' is -1; it must be >= 0"),
-    _config("config_unknown_backend", ["sandbox.backend=vm"], "allowed: local, e2b, docker"),
+    _config("config_unknown_backend", ["sandbox.backend=vm"], "allowed: local, docker, e2b"),
     _config("config_section_set_to_a_value", ["engine=3"], "'engine' is a section, not a value"),
     _config("config_yaml_syntax", [], "is not valid YAML", yaml_text="engine: {num_engines: 2\n"),
     _config("config_yaml_unknown_key", [], "did you mean 'engine.num_engines'?", yaml_text="engine:\n  num_engine: 3\n"),
