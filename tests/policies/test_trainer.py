@@ -30,9 +30,15 @@ def test_train_step_updates_weights_and_version(model_path):
     assert changed
 
 
-def test_one_rank_is_its_own_data_parallel_group(model_path):
+def test_the_data_parallel_layout_is_read_once_when_built(model_path, monkeypatch):
     trainer = Trainer(TrainerConfig(), model_path)
     assert trainer.dp_group is None and (trainer.dp_rank, trainer.dp_size) == (0, 1)
+
+    def asked_again():
+        raise AssertionError("data_parallel_group() asked again after the trainer was built")
+
+    monkeypatch.setattr(trainer.backend, "data_parallel_group", asked_again)
+    assert trainer.train_step(samples(), 1.0, 5)["version"] == 1
 
 
 def test_positive_advantage_raises_its_tokens_logprob(model_path):
