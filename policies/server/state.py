@@ -12,16 +12,16 @@ from typing import Dict, List
 
 import torch
 
+from policies.model import load_model
 from policies.server.options import ServerConfig
 from policies.server.scheduler import Scheduler
+from policies.tokenizer import load_tokenizer
 
 log = logging.getLogger("swerve.server")
 
 
 class ServerState:
     def __init__(self, cfg: ServerConfig, model=None, tokenizer=None):
-        from policies.model import load_model
-
         self.cfg = cfg
         if cfg.torch_threads > 0:
             torch.set_num_threads(cfg.torch_threads)
@@ -43,8 +43,6 @@ class ServerState:
 
 def _load_tokenizer(path: str):
     try:
-        from policies.tokenizer import load_tokenizer
-
         return load_tokenizer(path)
     except Exception as error:  # a weights-only directory: no text, token ids still work
         log.warning("no tokenizer at %s (%s); responses carry empty text", path, error)
