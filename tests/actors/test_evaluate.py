@@ -94,6 +94,23 @@ def test_queue_reruns_infra_errors_and_summary_never_scores_them():
     assert rows[0] == {"instance_id": "t1", "model_name_or_path": "m", "model_patch": "p-t1"}
 
 
+def test_a_dead_eval_episode_actors_attempts_are_rerun_not_lost():
+    tasks = [FakeTask("t1", "easy"), FakeTask("t2", "hard")]
+    queue = EvalQueue(tasks, attempts=1, max_infra_retries=1, seed=0)
+    held = queue.acquire("episode-0")
+    other = queue.acquire("episode-1")
+    assert queue.abandon("episode-0", "env", "actor died") == 1
+    assert queue.abandon("episode-0", "env", "again") == 0  # nothing twice
+    rerun = queue.acquire("episode-2")
+    assert (rerun.task_id, rerun.attempt) == (held.task_id, 1) and queue.progress()["infra_reruns"] == 1
+    for item, outcome in ((other, "resolved"), (rerun, "unresolved")):
+        traj = _traj(item.task_id, item.member, outcome, attempt=item.attempt)
+        traj.group_id = item.group_id
+        queue.submit(traj)
+    assert queue.acquire("episode-1") == STOP
+    assert sorted(t.outcome for t in queue.results()) == ["resolved", "unresolved"]
+
+
 def test_swe_env_reports_the_workspace_diff_as_model_patch(tmp_path):
     import gymnasium
 

@@ -17,6 +17,7 @@ from configs import load_config
 from configs.schema import FaultsConfig, SandboxConfig
 from envs.grader import grade
 from envs.outcomes import InfraError, InfraSource
+from envs.sandbox import ExecResult
 from envs.loaders import load_tasks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +66,44 @@ def test_every_fault_kind_ends_as_infra_error_and_is_rerun(ray_session, swerve_c
     assert acc["infra_excluded"] >= episode_side
     assert acc["quarantined"] == 0  # retries are bounded but ample here: every failed member was re-run
     assert acc["engine_replacements"] == faults["engine_kill"]["injected"] == 3
+
+
+class RecordingLease:
+    """The SandboxLease surface the wrapper uses, recording what reached it."""
+
+    def __init__(self):
+        self.calls, self.kills, self.failures, self.last_failure = [], 0, 0, None
+
+    def kill(self):
+        self.kills += 1
+
+    def start(self, task):
+        self.calls.append(("start", task.id))
+
+    def exec(self, command, timeout_s=None):
+        self.calls.append(("exec", command))
+        return ExecResult(0, "", False, 0.0, False, timeout_s or 20.0)
+
+    def close(self):
+        self.calls.append(("close",))
+
+
+def test_no_rate_set_installs_no_wrapper_and_each_rate_injects_only_its_kind():
+    assert FaultPlan.for_episode(FaultsConfig(engine_kill_rate=1.0), seed=0) is None  # the driver's draw
+    task = load_tasks("builtin", "train")[0]
+    lease = RecordingLease()
+    plan = FaultPlan.for_episode(FaultsConfig(grader_crash_rate=1.0), seed=0)
+    faulty = plan.wrap_sandbox(lease)
+    faulty.start(task)
+    faulty.exec("python -m pytest -q test_x.py")  # the agent's own test run is not the grader's
+    assert lease.kills == 0
+    faulty.exec(f"{task.test_command} tests/test_a.py::test_b")  # the grader's run dies under it
+    assert lease.kills == 1 and plan.injected == {"grader_crash": 1}
+    assert [c[0] for c in lease.calls] == ["start", "exec", "exec"]  # every call still reaches the lease
+    starts = FaultPlan.for_episode(FaultsConfig(sandbox_start_fail_rate=1.0), seed=0)
+    with pytest.raises(InfraError) as err:
+        starts.wrap_sandbox(RecordingLease()).start(task)
+    assert err.value.source == InfraSource.SANDBOX and starts.injected == {"sandbox_start_fail": 1}
 
 
 def test_grader_crash_is_an_infra_error_of_the_grader(ray_session, capsys):
