@@ -7,6 +7,8 @@ from actors.driver import train
 from actors.sample_collector import COUNTERS
 from configs import load_config
 
+pytestmark = pytest.mark.slow  # training runs on local Ray
+
 IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
 
 

@@ -1,3 +1,4 @@
+import pytest
 """Runs that stop and resume, other trainer backends, and SFT output as the starting policy."""
 import json
 
@@ -5,6 +6,8 @@ from actors.cli import main
 from actors.driver import train
 from actors.sample_collector import COUNTERS
 from configs import load_config
+
+pytestmark = pytest.mark.slow  # training runs, killed and resumed
 
 IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
 

@@ -15,6 +15,8 @@ from configs.schema import EngineConfig
 from policies.model import load_model
 from policies.sample_types import SampleRequest
 
+pytestmark = pytest.mark.slow  # every test starts an engine server process
+
 CAP = 256
 
 

@@ -10,6 +10,8 @@ from configs.schema import EngineConfig, EnvConfig, RolloutConfig, SandboxConfig
 from envs.local_sandbox import LocalSandbox
 from envs.loaders import load_tasks
 
+pytestmark = pytest.mark.slow  # every test starts an engine server process
+
 
 @pytest.fixture(scope="module")
 def task():

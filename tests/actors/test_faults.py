@@ -20,6 +20,8 @@ from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
 from envs.loaders import load_tasks
 
+pytestmark = pytest.mark.slow  # training runs with injected faults and a 2-node cluster
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "node_loss_run.py"
 IDENTITY = COUNTERS[1:]

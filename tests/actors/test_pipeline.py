@@ -1,7 +1,11 @@
 """`swerve pipeline` end to end at the smallest size: every stage runs and the files appear."""
 import json
 
+import pytest
+
 from actors.cli import main
+
+pytestmark = pytest.mark.slow  # the whole pipeline on Ray
 
 
 def test_pipeline_writes_summary_predictions_and_curve(ray_session, swerve_cache, tmp_path):

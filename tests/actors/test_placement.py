@@ -1,8 +1,11 @@
+import pytest
 """Scale-out by resources: sandboxes go to the node that declares `sandbox`, engines and trainers elsewhere."""
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+pytestmark = pytest.mark.slow  # a 2-node Ray cluster
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "placement_run.py"

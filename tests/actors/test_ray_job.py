@@ -18,6 +18,8 @@ from actors.sample_collector import COUNTERS
 from bench.torture import wait_until
 from policies.server.process import free_port
 
+pytestmark = pytest.mark.slow  # a Ray cluster and `ray job submit`
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these

@@ -9,6 +9,8 @@ from envs.outcomes import InfraError, InfraSource
 from envs.loaders import load_tasks
 from policies.sample_types import SampleRequest
 
+pytestmark = pytest.mark.slow  # Ray actors
+
 
 def test_killed_sandbox_is_an_infra_error_and_is_replaced(ray_session):
     task = load_tasks("builtin", "train")[0]

@@ -77,6 +77,7 @@ def _spawned(rank, world, port, model_path, out_dir):
     _run_rank(rank, world, port, model_path, out_dir)
 
 
+@pytest.mark.slow
 def test_two_ranks_match_one_process_over_the_full_batch(model_path, tmp_path):
     mp.spawn(_spawned, args=(2, free_port(), model_path, str(tmp_path)), nprocs=2, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]

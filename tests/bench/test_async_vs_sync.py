@@ -6,6 +6,8 @@ import pytest
 from bench.async_vs_sync import GROUP_SIZE, GROUPS, MAX_TURNS, bench_config, ideal_bound, measure
 from policies.sim_engine import workload_means
 
+pytestmark = pytest.mark.slow  # training runs on Ray
+
 
 def test_the_ideal_bound_is_the_engine_at_full_batch_and_the_trainer_is_calibrated_to_it(tiny_cfg, tmp_path):
     cfg = bench_config(tiny_cfg, "reference", "async", 2, MAX_TURNS, str(tmp_path), "b", windows=1)

@@ -15,6 +15,7 @@ def test_catalog_covers_every_category_with_unique_names():
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=[probe.name for probe in PROBES])
+@pytest.mark.slow
 def test_probe_is_refused_with_a_message_naming_the_problem(probe, tmp_path):
     reason = unavailable_reason(probe)
     if reason:

@@ -1,7 +1,10 @@
+import pytest
 """turn_overhead, scale and weight_sync: each runs and reports its figures (structure, never timing)."""
 from bench import scale as bench_scale
 from bench.registry import weight_sync
 from bench.turn_overhead import turn_overhead
+
+pytestmark = pytest.mark.slow  # benchmark fleets on Ray
 
 
 def test_turn_overhead_reports_the_turn_and_its_parts(ray_session, tiny_cfg):

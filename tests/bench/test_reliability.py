@@ -1,7 +1,11 @@
 """`swerve bench` writes its JSON and the table; structure only, never timing asserts."""
 import json
 
+import pytest
+
 from actors.cli import main
+
+pytestmark = pytest.mark.slow  # training runs with every fault kind
 
 
 def test_bench_writes_results_and_table(tmp_path, monkeypatch):

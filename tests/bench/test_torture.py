@@ -1,3 +1,4 @@
+import pytest
 """Restart torture: the driver (`python -m actors train` in a child process on a Ray head of our own)
 is SIGKILLed three times, at random moments and once in the middle of a checkpoint save, and resumed
 with --resume each time: versions continue, nothing is trained twice, nothing admitted is lost."""
@@ -5,6 +6,8 @@ import os
 
 from actors.sample_collector import COUNTERS
 from bench.torture import run_torture
+
+pytestmark = pytest.mark.slow  # SIGKILLs a training run's driver, repeatedly
 
 IDENTITY = COUNTERS[1:]
 TOTAL_STEPS = 6

@@ -224,6 +224,7 @@ print("STARTED", flush=True)
     assert "STARTED" in done.stdout and "KILLED debug_sandbox_id" in done.stdout, done.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_grading_on_the_pristine_view_holds_in_e2b(make_box, task_by_id):
     """The catalogue's exploits through the e2b backend, and one only a container allows: the
     pristine copy lives in the sandbox, so the agent edits it too (caught by the start listing)."""

@@ -38,6 +38,7 @@ def test_sed_command_escapes_regex_characters():
     assert command == "sed -i '26s/n - 1\\]/n]/' textkit/count.py"
 
 
+@pytest.mark.slow
 def test_every_trace_resolves_and_parses(traces):
     counts, rows, _ = traces
     assert counts["tasks"] == 3
@@ -87,6 +88,7 @@ def test_main_writes_traces(tmp_path, capsys):
     assert row["messages"][2]["content"].startswith("```bash\n")
 
 
+@pytest.mark.slow
 def test_parallel_workers_play_the_same_traces(traces, tmp_path):
     """Each task draws from its own seeded RNG, so two processes write what one does (the
     observations differ only in pytest's timings)."""

@@ -265,6 +265,7 @@ needs_cgroup = pytest.mark.skipif(_NO_CGROUP is not None, reason=f"{_NO_CGROUP} 
 
 
 @needs_cgroup
+@pytest.mark.slow
 def test_fork_bomb_is_contained_by_the_lease_cgroup(make_sandbox, isolation, task_by_id):
     box = make_sandbox(isolation=isolation, max_processes=64, cgroup="required")
     box.start(task_by_id["textkit-001"])
@@ -315,6 +316,7 @@ def test_a_frozen_lease_whose_owner_died_is_thawed_killed_and_removed():
 
 
 @needs_cgroup
+@pytest.mark.slow
 def test_lease_cgroup_bounds_memory_of_all_processes_together(make_sandbox, task_by_id):
     # Each hog stays under the per-process RLIMIT_AS; only the lease cgroup sees both.
     box = make_sandbox(isolation="none", memory_mb=300, cgroup="required")

@@ -57,6 +57,7 @@ def test_loader_splits_and_ids():
         load_tasks("micro", "test")
 
 
+@pytest.mark.slow
 def test_tasks_pass_the_sanity_gate(make_sandbox):
     tasks = load_tasks("micro", "train")[: len(FAMILIES)]  # one per family
     results = [validate_task(task, make_sandbox, 60.0) for task in tasks]

@@ -228,6 +228,7 @@ REQUIRED_KEYS = {"instance_id", "repo", "patch", "FAIL_TO_PASS", "PASS_TO_PASS",
                  "problem_statement", "image_name", "repo_path", "family", "stratum", "split"}
 
 
+@pytest.mark.slow
 def test_synthesize_fixture_repo(tmp_path):
     repo = make_fixture_repo(tmp_path)
     before = (repo / "calc" / "ops.py").read_text()
@@ -322,6 +323,7 @@ def _referencing_copy(root: Path) -> Path | None:
     return repo
 
 
+@pytest.mark.slow
 def test_synthesize_real_third_party_repo(tmp_path):
     repo = _referencing_copy(tmp_path)
     if repo is None:
@@ -340,6 +342,7 @@ def test_synthesize_real_third_party_repo(tmp_path):
     print(f"referencing: {len(rows)} tasks from {stats['tried']} tries in {elapsed:.1f}s")
 
 
+@pytest.mark.slow
 def test_synthesized_third_party_tasks_pass_the_sanity_gate(tmp_path, monkeypatch):
     """synth -> rows on disk -> loaded back by the SWE-smith loader -> validated in real sandboxes."""
     from actors.cli import main

@@ -77,6 +77,7 @@ def test_swesmith_local_task_passes_the_gate(tmp_path, make_sandbox):
     assert (result.verdict, result.gold_resolved, result.empty_resolved) == (OK, True, False), result.reason
 
 
+@pytest.mark.slow
 def test_quarantine_file_is_merged_written_atomically_and_loaded(tmp_path, make_sandbox, two_tasks):
     cfg = TasksConfig(source="builtin", quarantine_file=str(tmp_path / "q" / "quarantine.json"))
     path = quarantine_path(cfg)

@@ -132,6 +132,7 @@ def _wait_for(proc, marker):
     raise AssertionError(f"subprocess ended (rc {proc.wait()}) before printing {marker}")
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_save_leaves_the_previous_checkpoint(model_path, tmp_path):
     root = str(tmp_path / "ckpt")
     proc = _start(model_path, root, "stall")
@@ -151,6 +152,7 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint(model_path, tmp_pa
     assert sorted(os.listdir(root)) == ["step-00000001", "step-00000002"]
 
 
+@pytest.mark.slow
 def test_sigkill_at_a_random_moment_of_repeated_saves(model_path, tmp_path):
     root = str(tmp_path / "ckpt")
     proc = _start(model_path, root, "loop")

@@ -78,6 +78,7 @@ def test_vocab_size_changes_cache_key(tmp_path, task_texts):
     assert len(load_tokenizer(small)) == 300
 
 
+@pytest.mark.slow
 def test_concurrent_builders_agree(tmp_path):
     # Real processes racing on one cache dir: all get the same complete directory.
     script = (

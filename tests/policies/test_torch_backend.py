@@ -20,6 +20,7 @@ def test_registry_holds_real_classes_for_every_configurable_backend():
         backend_class("jax")
 
 
+@pytest.mark.slow
 def test_the_registry_does_not_import_megatron_core():
     # megatron-core is imported by MegatronBackend's constructor: CPU installs may lack it.
     code = "import sys, policies.trainer_backend; assert 'megatron.core' not in sys.modules"

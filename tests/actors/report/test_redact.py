@@ -222,6 +222,7 @@ def _listening_address(port: int) -> str:
     raise AssertionError(f"nothing listens on port {port}")
 
 
+@pytest.mark.slow
 def test_cpu_server_with_default_host_listens_on_loopback_only(model_path):
     cmd = [sys.executable, "-m", "policies.server", "--model-path", model_path, "--port", "0"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

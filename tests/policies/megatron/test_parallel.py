@@ -18,6 +18,8 @@ from policies.losses import grpo_loss
 from policies.model import load_model
 from policies.server.process import free_port
 
+pytestmark = pytest.mark.slow  # spawns process groups of megatron ranks
+
 TOL = 1e-4
 WORKER = os.path.join(os.path.dirname(__file__), "parallel_worker.py")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))

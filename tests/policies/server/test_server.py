@@ -284,6 +284,7 @@ def test_update_weights_from_a_missing_dir_fails_cleanly(server, tmp_path):
     assert get(server, protocol.GET_WEIGHT_VERSION)[1]["weight_version"] == "0"
 
 
+@pytest.mark.slow
 def test_measure_throughput_reports_every_level(model_path):
     report = measure_throughput(model_path, concurrency_levels=(1, 2), requests_per_level=2,
                                 max_new_tokens=4, prompt_len=4, max_context_tokens=MAX_CONTEXT)
