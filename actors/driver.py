@@ -3,7 +3,9 @@
     batch = collector.next_batch()  ->  trainer shards train_step(batch)  ->  push weights  ->  tell the version
 
 The trainer owns the policy version (it counts updates and checkpoints the count); the driver
-reads it from each update and tells the engines and the collector.
+reads it from each update and tells the engines and the collector. When the collector or a
+trainer shard dies or hangs, the supervisor (actors/supervisor.py) rebuilds the fleet and the
+run goes on from its newest checkpoint.
 """
 from __future__ import annotations
 
@@ -19,25 +21,28 @@ from actors.policy_setup import ensure_policy
 from actors.report.metrics_export import MetricsExporter
 from actors.report.plots import write_plots
 from actors.restart import resume_run, save_run_checkpoint
+from actors.supervisor import RoleFailure, Supervisor, call, guard
 from actors.report.run_dir import RunDir
 from actors.report.step_report import status_line, step_metrics, update_metrics
 from actors.trajectory import Batch
 from configs import Config
+from policies.checkpoint import latest_checkpoint
 from envs.validate import trainable_tasks
 from policies.trainer import minibatch_totals
 
 
 def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batch:
     next_status = time.monotonic() + cfg.run.status_interval_s
+    collector_s = cfg.deadlines.collector_call_s
     while True:
-        batch = ray.get(fleet.collector.next_batch.remote(cfg.rollout.temperature))
+        batch = call(fleet.collector.next_batch.remote(cfg.rollout.temperature), "collector", collector_s)
         if batch is not None:
             return batch
-        fleet.engine_set.maybe_replace_dead()  # a dead engine comes back with the current weights
+        fleet.engine_set.maybe_replace_dead()  # a dead or hung engine comes back with the current weights
         if reap_episodes(fleet, cfg):  # dead episode actors are replaced; one that returned is a bug
             raise RuntimeError("episode actors stopped before the run ended")
         if time.monotonic() >= next_status:
-            acc = ray.get(fleet.collector.accounting.remote())
+            acc = call(fleet.collector.accounting.remote(), "collector", collector_s)
             if acc["tasks_exhausted"]:
                 raise RuntimeError(f"every task is quarantined, nothing left to train on: {acc['quarantined_tasks']}")
             exporter.export(acc)  # live counters while the trainer waits
@@ -47,22 +52,44 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
         time.sleep(cfg.rollout.poll_interval_s)
 
 
-def train_on_batch(fleet: Fleet, batch: Batch, minibatches: int) -> dict:
+def trainer_roles(fleet: Fleet) -> list[str]:
+    return [f"trainer-{r}" for r in range(len(fleet.trainers))]
+
+
+def train_on_batch(fleet: Fleet, batch: Batch, cfg: Config) -> dict:
     # Tensor-parallel peers share a data-parallel rank and so get the same samples.
     layout = fleet.trainer_layout
-    tokens, rows = minibatch_totals(batch.samples, layout[0][1], minibatches)
-    stats = ray.get([t.train_step.remote(batch.samples[rank::size], batch.temperature, tokens, rows)
-                     for t, (rank, size) in zip(fleet.trainers, layout)])
+    tokens, rows = minibatch_totals(batch.samples, layout[0][1], cfg.trainer.minibatches)
+    stats = call([t.train_step.remote(batch.samples[rank::size], batch.temperature, tokens, rows)
+                  for t, (rank, size) in zip(fleet.trainers, layout)], "trainer", cfg.deadlines.train_step_s,
+                 trainer_roles(fleet))
     return update_metrics(layout, stats)
 
 
-def sync_weights(fleet: Fleet, version: int) -> tuple[list[int], float]:
+def sync_weights(fleet: Fleet, version: int, cfg: Config) -> tuple[list[int], float]:
     # Collective on sharded backends: every rank exports; rank 0's state_dict goes to the engines
     # by reference (the driver never fetches the weights).
     exports = [t.export_weights.options(num_returns=2).remote() for t in fleet.trainers]
-    metas = ray.get([meta for meta, _ in exports])
+    metas = call([meta for meta, _ in exports], "trainer", cfg.deadlines.weight_sync_s, trainer_roles(fleet))
     versions = fleet.engine_set.sync(exports[0][1], version)
     return versions, metas[0]["time_export_s"]
+
+
+def begin(fleet: Fleet, cfg: Config, run_dir: RunDir, resume: bool) -> tuple[int, int]:
+    """(step, version) the run continues from: the newest checkpoint's when resuming, else 0."""
+    if not resume:
+        run_dir.keep_rows_through(0)  # a restart without a checkpoint starts over
+        return 0, 0
+    with guard():
+        step, version, readmitted = resume_run(fleet, run_dir.checkpoints)
+        run_dir.keep_rows_through(step)
+        sync_weights(fleet, version, cfg)
+    print(f"[swerve] resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted", flush=True)
+    return step, version
+
+
+def resume_command(cfg: Config) -> str:
+    return f"swerve train run.name={cfg.run.name} run.dir={cfg.run.dir} --resume (plus this run's config and overrides)"
 
 
 def train(cfg: Config) -> Path:
@@ -70,56 +97,66 @@ def train(cfg: Config) -> Path:
     init_ray(cfg)
     tokenizer_path, model_path = ensure_policy(cfg)
     tasks, quarantined = trainable_tasks(cfg.tasks)
-    fleet = launch(cfg, model_path, tasks)
     exporter = MetricsExporter(cfg.run.name)
-    step = version = 0
     engine_kills = EngineKills(cfg.faults.engine_kill_rate, cfg.run.seed * 65537 + 1)
-    try:
-        if cfg.run.resume:
-            step, version, readmitted = resume_run(fleet, run_dir.checkpoints)
-            run_dir.keep_rows_through(step)
-            sync_weights(fleet, version)
-            print(f"[swerve] resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted",
-                  flush=True)
-        start_episodes(fleet, cfg, tokenizer_path)
-        print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
-              f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
-              f"{len(fleet.episodes)} episode actors -> {run_dir.path}", flush=True)
-        while step < cfg.trainer.total_steps:
-            step += 1
-            t_step = time.perf_counter()
-            engine_kills.maybe_kill(fleet.engine_set)  # rollouts are generating now: a kill lands mid-generation
-            batch = wait_for_batch(fleet, cfg, exporter)
-            time_rollout_wait_s = time.perf_counter() - t_step
-            update = train_on_batch(fleet, batch, cfg.trainer.minibatches)
-            version = update["version"]
-            t_sync = time.perf_counter()
-            engine_versions, time_export_s = sync_weights(fleet, version)
-            time_weight_sync_s = time.perf_counter() - t_sync
-            ray.get(fleet.collector.set_version.remote(version))
-            accounting = ray.get(fleet.collector.accounting.remote())  # raises if the identity breaks
-            metrics = step_metrics(step, version, time.perf_counter() - t_step, batch, update, accounting,
-                                   fleet.engine_set, time_rollout_wait_s=time_rollout_wait_s,
-                                   time_weight_sync_s=time_weight_sync_s, time_export_s=time_export_s,
-                                   engine_versions=engine_versions)
-            run_dir.write_metrics(metrics)
-            exporter.export(metrics)
-            run_dir.write_accounting({**accounting, "tasks_skipped_quarantined": quarantined})
-            run_dir.write_trajectories(step, [t.summary() for t in batch.trajectories[: cfg.run.trajectories_per_step]])
-            print(status_line(metrics, cfg.trainer.total_steps), flush=True)
-            interval = cfg.trainer.checkpoint_interval
-            if step == cfg.trainer.total_steps or (interval and step % interval == 0):
-                save_run_checkpoint(fleet, run_dir.checkpoints, step)
-                write_plots(run_dir.rows(), run_dir.path)
-        # The trained policy as an HF directory: what `swerve eval` and the engines load.
-        ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])
-        results = shutdown(fleet, grace_s=cfg.rollout.shutdown_grace_s)
-        accounting = ray.get(fleet.collector.accounting.remote())
-        faults = fault_report(results, engine_kills.injected, fleet.engine_set.restarts)
-        run_dir.write_accounting({**accounting, "episode_actors": results, "faults": faults,
-                                  "engine_replacements": fleet.engine_set.restarts,
-                                  "episode_replacements": fleet.episode_replacements,
-                                  "tasks_skipped_quarantined": quarantined})
-    finally:
-        kill(fleet)
-    return run_dir.path
+    supervisor = Supervisor(cfg.run, resume_command(cfg))
+    resume = cfg.run.resume
+    while True:
+        fleet = launch(cfg, model_path, tasks)
+        try:
+            step, version = begin(fleet, cfg, run_dir, resume)
+            start_episodes(fleet, cfg, tokenizer_path)
+            print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
+                  f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
+                  f"{len(fleet.episodes)} episode actors -> {run_dir.path}", flush=True)
+            while step < cfg.trainer.total_steps:
+                step += 1
+                t_step = time.perf_counter()
+                engine_kills.maybe_kill(fleet.engine_set)  # rollouts are generating now: a kill lands mid-generation
+                batch = wait_for_batch(fleet, cfg, exporter)
+                time_rollout_wait_s = time.perf_counter() - t_step
+                update = train_on_batch(fleet, batch, cfg)
+                version = update["version"]
+                t_sync = time.perf_counter()
+                engine_versions, time_export_s = sync_weights(fleet, version, cfg)
+                time_weight_sync_s = time.perf_counter() - t_sync
+                call(fleet.collector.set_version.remote(version), "collector", cfg.deadlines.collector_call_s)
+                # raises if the identity breaks
+                accounting = call(fleet.collector.accounting.remote(), "collector", cfg.deadlines.collector_call_s)
+                restarts = supervisor.restarts(fleet.engine_set.restarts, fleet.episode_replacements)
+                metrics = step_metrics(step, version, time.perf_counter() - t_step, batch, update, accounting,
+                                       fleet.engine_set, time_rollout_wait_s=time_rollout_wait_s,
+                                       time_weight_sync_s=time_weight_sync_s, time_export_s=time_export_s,
+                                       engine_versions=engine_versions,
+                                       **{f"restarts_{kind}": n for kind, n in restarts.items()})
+                run_dir.write_metrics(metrics)
+                exporter.export(metrics)
+                run_dir.write_accounting({**accounting, "restarts": restarts, "tasks_skipped_quarantined": quarantined})
+                run_dir.write_trajectories(step, [t.summary() for t in batch.trajectories[: cfg.run.trajectories_per_step]])
+                print(status_line(metrics, cfg.trainer.total_steps), flush=True)
+                supervisor.healed()
+                interval = cfg.trainer.checkpoint_interval
+                if step == cfg.trainer.total_steps or (interval and step % interval == 0):
+                    with guard():
+                        save_run_checkpoint(fleet, run_dir.checkpoints, step)
+                    write_plots(run_dir.rows(), run_dir.path)
+            with guard():
+                # The trained policy as an HF directory: what `swerve eval` and the engines load.
+                ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])
+                results = shutdown(fleet, grace_s=cfg.rollout.shutdown_grace_s)
+                accounting = ray.get(fleet.collector.accounting.remote())
+            faults = fault_report(results, engine_kills.injected, fleet.engine_set.restarts)
+            run_dir.write_accounting({**accounting, "episode_actors": results, "faults": faults,
+                                      "restarts": supervisor.restarts(fleet.engine_set.restarts,
+                                                                      fleet.episode_replacements),
+                                      "heal_s": supervisor.heal_s,
+                                      "engine_replacements": fleet.engine_set.restarts,
+                                      "episode_replacements": fleet.episode_replacements,
+                                      "tasks_skipped_quarantined": quarantined})
+            return run_dir.path
+        except RoleFailure as failure:
+            supervisor.failed(failure)  # raises past the bounds
+            supervisor.fleet_ended(fleet.engine_set.restarts, fleet.episode_replacements)
+            resume = latest_checkpoint(str(run_dir.checkpoints)) is not None
+        finally:
+            kill(fleet)

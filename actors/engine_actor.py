@@ -145,8 +145,10 @@ class EngineActor:
         except Exception:  # noqa: BLE001 - at interpreter exit; logged, not raised from a finalizer
             log.exception("closing an engine server at interpreter exit failed")
 
-    def ping(self) -> bool:
-        return self.server.alive()
+    def ping(self, timeout_s: float) -> bool:
+        """Alive and answering: a server that is stopped or wedged (no /health answer within
+        timeout_s) counts as dead, so the engine set replaces it instead of waiting on it."""
+        return self.server.alive() and self.client.health(timeout_s)
 
     # -- requests ---------------------------------------------------------------------
     def generate(self, request: SampleRequest) -> SampleOutput:

@@ -25,21 +25,25 @@ class EngineRouter:
     REVIVE_INTERVAL_S = 1.0
     REVIVE_PROBE_S = 2.0
 
-    def __init__(self, engines: Sequence, call: Call, lookup: Optional[Lookup] = None):
+    def __init__(self, engines: Sequence, call: Call, lookup: Optional[Lookup] = None,
+                 generate_timeout_s: Optional[float] = None):
+        """generate_timeout_s: deadlines.generate_s; a generate call that outlives it fails as an
+        infra error (the engine set finds and replaces the hung engine on its own)."""
         if not engines:
             raise ValueError("no engines: set engine.num_engines >= 1")
         self.engines = list(engines)
         self.call = call
         self.lookup = lookup
+        self.generate_timeout_s = generate_timeout_s
         self._sticky: dict[str, int] = {}
         self._outstanding = [0] * len(self.engines)
         self._next_lookup = [0.0] * len(self.engines)
         self.dead: set[int] = set()
         self.revived = 0
 
-    def _call(self, index: int, method: str, *args):
+    def _call(self, index: int, method: str, *args, timeout_s: Optional[float] = None):
         try:
-            return self.call(self.engines[index], method, *args)
+            return self.call(self.engines[index], method, *args, timeout_s=timeout_s)
         except InfraError as err:
             if err.source == InfraSource.ENGINE:
                 self.dead.add(index)
@@ -84,7 +88,7 @@ class EngineRouter:
             index = self._sticky[sticky_key] = self._pick()
         self._outstanding[index] += 1
         try:
-            return self._call(index, "generate", request)
+            return self._call(index, "generate", request, timeout_s=self.generate_timeout_s)
         finally:
             self._outstanding[index] -= 1
 

@@ -9,7 +9,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.remote import create_engine
-from configs.schema import EngineConfig
+from configs.schema import DeadlinesConfig, EngineConfig
 
 log = logging.getLogger("swerve")
 
@@ -23,6 +23,7 @@ class EngineSet:
     model_path: str
     namespace: str
     resource: str = ""  # ray.engine_resource
+    deadlines: DeadlinesConfig = field(default_factory=DeadlinesConfig)
     handles: list = field(default_factory=list)
     version: int = 0
     weights: object = None  # ObjectRef of the current state_dict; None: the checkpoint at model_path
@@ -35,7 +36,7 @@ class EngineSet:
         return self
 
     def _replace(self, index: int) -> None:
-        ray.kill(self.handles[index])  # already dead; frees its name sooner
+        ray.kill(self.handles[index])  # dead or hung: ends it and frees its name sooner
         deadline = time.monotonic() + 30.0
         while True:  # the dead actor's name is released asynchronously
             try:
@@ -52,18 +53,24 @@ class EngineSet:
         self.restarts += 1
         print(f"[swerve] engine-{index} died; replaced, serving v{self.version}", flush=True)
 
-    def replace_dead(self, timeout_s: float = 10.0) -> list[int]:
-        """Probe every engine; replace the dead ones (with the current weights). Returns their indices."""
-        probes = [h.ping.remote() for h in self.handles]
+    def replace_dead(self) -> list[int]:
+        """Probe every engine; replace the dead and the hung ones (with the current weights): an
+        engine that does not answer within deadlines.engine_health_s (its actor or its server
+        stopped) is treated as dead. Returns their indices."""
+        health_s = self.deadlines.engine_health_s
+        probes = [h.ping.remote(health_s) for h in self.handles]
+        deadline = time.monotonic() + 2 * health_s
         dead = []
         for i, ref in enumerate(probes):
             try:
-                if not ray.get(ref, timeout=timeout_s):
+                if not ray.get(ref, timeout=max(0.0, deadline - time.monotonic())):
                     dead.append(i)
+                    log.warning("engine-%d: its server does not answer /health within %.0f s; replacing it", i, health_s)
             except RayActorError:
                 dead.append(i)
             except GetTimeoutError:
-                log.warning("engine-%d did not answer a ping within %.0fs", i, timeout_s)
+                dead.append(i)
+                log.warning("engine-%d did not answer a ping within %.0f s (hung); replacing it", i, 2 * health_s)
         for i in dead:
             self._replace(i)
         self._next_check = time.monotonic() + self.cfg.health_interval_s
@@ -76,21 +83,25 @@ class EngineSet:
         """Every engine serves `version` when this returns (a dead one is replaced with it)."""
         self.weights, self.version = state_dict_ref, version
         refs = [h.update_weights.remote(state_dict_ref, version) for h in self.handles]
+        deadline = time.monotonic() + self.deadlines.weight_sync_s
         versions = []
         for i, ref in enumerate(refs):
             try:
-                versions.append(ray.get(ref))
-            except RayActorError:
-                self._replace(i)
-                versions.append(ray.get(self.handles[i].version.remote()))
+                versions.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+            except (RayActorError, GetTimeoutError) as err:
+                if isinstance(err, GetTimeoutError):
+                    log.warning("engine-%d: weight update not done within %.0f s (hung); replacing it", i,
+                                self.deadlines.weight_sync_s)
+                self._replace(i)  # the replacement gets these weights before it serves
+                versions.append(ray.get(self.handles[i].version.remote(), timeout=self.deadlines.weight_sync_s))
         return versions
 
     def stats(self, reset_peak: bool = False) -> list[dict]:
         out = []
         for i, h in enumerate(self.handles):
             try:
-                out.append(ray.get(h.stats.remote(reset_peak)))
-            except RayActorError:
+                out.append(ray.get(h.stats.remote(reset_peak), timeout=self.deadlines.engine_health_s))
+            except (RayActorError, GetTimeoutError):  # dead or hung: the next probe replaces it
                 out.append({"index": i, "dead": True, "kv_usage_peak": 0.0, "tokens_per_s": 0.0,
                             "busy_fraction": 0.0, "weight_update_s": 0.0})
         return out

@@ -84,7 +84,7 @@ def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True
     so a resumed run can restore the collector before any work is handed out. Without trainers:
     the rollout side alone (`swerve bench scale`)."""
     ns = namespace(cfg)
-    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource).start()
+    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource, deadlines=cfg.deadlines).start()
     world = cfg.trainer.num_shards if with_trainers else 0
     trainers = [remote_trainer().options(**_opts(ns, f"trainer-{r}", cfg.ray.trainer_resource)).remote(
         r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)]
@@ -104,7 +104,7 @@ def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True
 
 def launch_eval(cfg: Config, model_path: str, ns: str, queue, rollout: RolloutConfig) -> Fleet:
     """The evaluation's fleet: engines and the eval queue as the work source; no trainers."""
-    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource).start()
+    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource, deadlines=cfg.deadlines).start()
     return Fleet(engine_set, [], queue, [], [], namespace=ns, rollout=rollout, episode_prefix="eval-episode",
                  seed=cfg.eval.seed)
 
@@ -115,9 +115,11 @@ def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
     faults = FaultPlan.for_episode(cfg.faults, seed * 7919 + i)
     return RemoteEpisode.options(**_opts(fleet.namespace, f"{fleet.episode_prefix}-{label}")).remote(
         i, fleet.rollout, cfg.env, cfg.sandbox, fleet.tokenizer_path,
-        EngineRouter(fleet.engines, engine_call, lookup=NamedEngines(fleet.namespace)),
+        EngineRouter(fleet.engines, engine_call, lookup=NamedEngines(fleet.namespace),
+                     generate_timeout_s=cfg.deadlines.generate_s),
         Proxy(fleet.collector),
-        SandboxLease(i, cfg.sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label),
+        SandboxLease(i, cfg.sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label,
+                     margin_s=cfg.deadlines.sandbox_margin_s),
         faults)
 
 

@@ -20,7 +20,7 @@ from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
 from policies.server.process import SERVER_COMMANDS
 from policies.sim_engine import SimEngine
-from configs.schema import EngineConfig, SandboxConfig
+from configs.schema import DeadlinesConfig, EngineConfig, SandboxConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
 
@@ -125,11 +125,12 @@ class SandboxLease:
     `start` gets a fresh actor, so one crash costs one episode, not the rest of the run.
     """
 
-    # Room above the command's own timeout before the caller gives up on the actor.
-    RPC_MARGIN_S = 30.0
-
-    def __init__(self, index: int, cfg: SandboxConfig, namespace: str, resource: str = "", label: str = ""):
+    def __init__(self, index: int, cfg: SandboxConfig, namespace: str, resource: str = "", label: str = "",
+                 margin_s: float = DeadlinesConfig.sandbox_margin_s):
+        """margin_s (deadlines.sandbox_margin_s): room above a call's own time limit before the
+        sandbox actor counts as hung; it is then killed and the call fails as infra_error."""
         self.index, self.cfg, self.namespace = index, cfg, namespace
+        self.margin_s = margin_s
         self.label = label or str(index)  # names its actors: a replaced episode's lease needs fresh names
         self.resource = resource
         self._handle = None
@@ -167,7 +168,7 @@ class SandboxLease:
         ray.kill(handle)
         # ray.kill is asynchronous: wait for the death, so the next call fails as after a real crash
         # instead of racing the kill and sometimes succeeding.
-        deadline = time.monotonic() + self.RPC_MARGIN_S
+        deadline = time.monotonic() + self.margin_s
         while time.monotonic() < deadline:
             try:
                 ray.get(handle.stats.remote(), timeout=1.0)
@@ -176,30 +177,30 @@ class SandboxLease:
             except GetTimeoutError:
                 continue
             time.sleep(0.05)
-        raise RuntimeError(f"sandbox-{self.label} outlived ray.kill for {self.RPC_MARGIN_S:.0f} s")
+        raise RuntimeError(f"sandbox-{self.label} outlived ray.kill for {self.margin_s:.0f} s")
 
     def start(self, task) -> None:
-        self._call("start", task, timeout_s=self.RPC_MARGIN_S + self.cfg.command_timeout_s)
+        self._call("start", task, timeout_s=self.margin_s + self.cfg.command_timeout_s)
 
     def exec(self, command: str, timeout_s: Optional[float] = None) -> ExecResult:
-        limit_s = (timeout_s or self.cfg.command_timeout_s) + self.RPC_MARGIN_S
+        limit_s = (timeout_s or self.cfg.command_timeout_s) + self.margin_s
         return self._call("exec", command, timeout_s, timeout_s=limit_s)
 
     def read_file(self, path: str) -> str:
-        return self._call("read_file", path, timeout_s=self.RPC_MARGIN_S)
+        return self._call("read_file", path, timeout_s=self.margin_s)
 
     def write_file(self, path: str, content: str) -> None:
-        self._call("write_file", path, content, timeout_s=self.RPC_MARGIN_S)
+        self._call("write_file", path, content, timeout_s=self.margin_s)
 
     def reset(self) -> None:
-        self._call("reset", timeout_s=self.RPC_MARGIN_S)
+        self._call("reset", timeout_s=self.margin_s)
 
     def close(self) -> None:
         if self._handle is None:
             return
         handle, self._handle = self._handle, None
         try:
-            ray.get(handle.close.remote(), timeout=self.RPC_MARGIN_S)
+            ray.get(handle.close.remote(), timeout=self.margin_s)
         except RayActorError:
             # A dead sandbox actor took its lease with it: nothing is left to close.
             log.info("sandbox-%d was already gone when its lease was closed", self.index)

@@ -75,7 +75,7 @@ def turn_overhead(cfg: Config, repetitions: int) -> dict:
                                        f"({traj.outcome}: {traj.error})")
             runs.append({
                 "turn_s": (episode_s[2 + EXTRA_TURNS] - episode_s[2]) / EXTRA_TURNS,
-                "ray_call_s": _median_call_s(lambda: ray.get(engine.ping.remote())),
+                "ray_call_s": _median_call_s(lambda: ray.get(engine.ping.remote(1.0))),
                 "generate_s": _median_call_s(lambda: router.generate(request, "bench")),
                 "sandbox_exec_s": _median_call_s(lambda: lease.exec("true")),
                 "local_exec_s": _median_call_s(lambda: local.exec("true")),

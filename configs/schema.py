@@ -18,6 +18,12 @@ class RunConfig:
     status_interval_s: float = 5.0
     # Trajectories written to trajectories/*.jsonl per step (a sample, not all).
     trajectories_per_step: int = 8
+    # The driver's supervisor (actors/supervisor.py): when the collector or a trainer shard dies or
+    # hangs, the run rolls back to its newest checkpoint and goes on, at most this many times per
+    # role and max_restarts_total in all; past that it exits naming the role, the cause and the
+    # --resume command. Engines, episode actors and sandboxes are replaced where they die.
+    max_restarts: int = 3
+    max_restarts_total: int = 6
 
 
 @dataclass
@@ -173,8 +179,13 @@ class TrainerConfig:
     grad_bucket_mb: int = 256
     # Checkpoints kept under runs/<name>/checkpoints (older ones are deleted after a save).
     keep_checkpoints: int = 3
-    # The driver saves a checkpoint every this many steps (and after the last); 0: only the last.
-    checkpoint_interval: int = 10
+    # When the driver saves a checkpoint (actors.restart.CheckpointCadence): after the last step,
+    # and whenever either cadence below is due. By time is the default, because what a crash
+    # costs is wall time: at most this many seconds of training (plus the step in progress)
+    # are lost. Counted from the end of the previous save (or the run's start); 0: off.
+    checkpoint_every_s: float = 600.0
+    # Also every this many steps (step % interval == 0); 0: off.
+    checkpoint_interval: int = 0
     # NCCL weight broadcast to engines: tensors per update call, in buckets of this many MiB.
     weight_bucket_mb: int = 512
 
@@ -428,6 +439,33 @@ class PipelineConfig:
     rl_on_unseen_tasks: bool = True
     # Stages run by `swerve pipeline`, in order.
     stages: List[str] = field(default_factory=lambda: ["base", "sft", "rl"])
+    # A re-run skips each stage that finished with the same config (its <stage>/done.json) and
+    # resumes RL from its newest checkpoint; true runs every stage again from scratch.
+    fresh: bool = False
+
+
+@dataclass
+class DeadlinesConfig:
+    """Every deadline after which a role that is alive but silent counts as dead (actors/), in
+    one place. They bound hangs, not work: each must exceed the slowest honest call of its kind
+    (a 30B weight sync, a long generation, a big checkpoint); raise them for large models.
+    Sandbox commands and the grader's test run have their own limits (sandbox.command_timeout_s,
+    env.swe.grade_timeout_s) plus sandbox_margin_s."""
+    # An engine's server must answer /health within this (the engine set probes every
+    # engine.health_interval_s); a stopped or wedged server is killed and replaced.
+    engine_health_s: float = 10.0
+    # One generate call, seen from an episode (a hung one fails as infra_error and is re-run).
+    generate_s: float = 3600.0
+    # Pushing weights into one engine (pause, load, resume); a hung engine is replaced.
+    weight_sync_s: float = 1800.0
+    # One optimizer update on the trainer shards (a shard stuck in a collective never returns).
+    train_step_s: float = 3600.0
+    # A call into the collector (next batch, books, snapshot).
+    collector_call_s: float = 300.0
+    # Saving or loading a checkpoint.
+    checkpoint_s: float = 1800.0
+    # Room above a sandbox call's own time limit before its actor counts as hung.
+    sandbox_margin_s: float = 30.0
 
 
 @dataclass
@@ -446,3 +484,4 @@ class Config:
     ray: RayConfig = field(default_factory=RayConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    deadlines: DeadlinesConfig = field(default_factory=DeadlinesConfig)

@@ -161,7 +161,8 @@ class SimEngine:
     def version(self) -> int:
         return self._version
 
-    def ping(self) -> bool:
+    def ping(self, timeout_s: float) -> bool:
+        """No server to probe: alive until closed (timeout_s: EngineActor.ping's signature)."""
         return not self._closing
 
     def stats(self, reset_peak: bool = False) -> dict:

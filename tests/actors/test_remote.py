@@ -37,6 +37,9 @@ def test_dead_engine_is_skipped_by_the_router(ray_session, model_path):
     assert len(router.generate(request, "a").token_ids) == 4
     first = router._sticky["a"]
     ray.kill(engines[first])
+    with pytest.raises(ray.exceptions.RayActorError):  # ray.kill is asynchronous: wait for the death
+        while True:
+            ray.get(engines[first].stats.remote())
     with pytest.raises(InfraError) as err:
         router.generate(request, "a")
     assert err.value.source == InfraSource.ENGINE and router.dead == {first}
