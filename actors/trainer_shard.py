@@ -170,7 +170,9 @@ class TrainerShard:
         return self._built().save_checkpoint(root, step, extra)
 
     def load_checkpoint(self, path: str) -> dict:
-        """Restore from a checkpoint directory, or the latest under a checkpoints root.
+        """Restore from a checkpoint directory (checksums verified), or the newest valid one
+        under a checkpoints root. Every rank must get the same directory: pass the one the
+        driver resolved (actors.restart.resume_run), so ranks cannot pick different ones.
         Returns {"step", "version", "extra", "path"}."""
         return self._built().load_checkpoint(path)
 

@@ -28,7 +28,8 @@ from policies.losses import grpo_loss
 from policies.sample_types import TrainSample
 from policies.trainer_backend import backend_class, clip_grad_norm, optimizer_is_sharded, trainable
 
-CHECKPOINT_FORMAT = 1
+# 2: meta.json carries a manifest of every file's size and sha256 (1: none; still loads, unverified).
+CHECKPOINT_FORMAT = 2
 
 
 def pad_samples(samples: list[TrainSample]) -> dict[str, torch.Tensor]:
@@ -199,21 +200,23 @@ class Trainer:
         """Collective: every rank calls it. Rank 0 writes the full HF weights, `extra` and the
         metadata; the optimizer state is written by rank 0 alone when it is replicated (torch
         backend) and by every rank when sharded (megatron TP/EP: its own shard's state); every
-        rank writes its RNG states. Keeps the last trainer.keep_checkpoints."""
+        rank writes its RNG states; meta.json lists every file's sha256 (policies.checkpoint).
+        Keeps the last trainer.keep_checkpoints."""
         state = self.backend.hf_state_dict()
         files = {ckpt.rank_file("rng", self.rank): ckpt.write_torch(ckpt.rng_state())}
         if self.rank == 0 or optimizer_is_sharded(self.backend):
             files[ckpt.rank_file("optimizer", self.rank)] = ckpt.write_torch(self.optimizer.state_dict())
         if self.rank == 0:
-            files[ckpt.MODEL] = ckpt.write_safetensors(state)
+            files[ckpt.MODEL] = ckpt.write_model(state)
             files[ckpt.EXTRA] = ckpt.write_torch(dict(extra or {}))
         meta = {"step": step, "version": self.version, "world_size": self.world_size,
                 "backend": self.cfg.backend, "format": CHECKPOINT_FORMAT}
         return ckpt.save(root, step, self.rank, files, meta, self.cfg.keep_checkpoints)
 
     def load_checkpoint(self, path: str) -> dict:
-        """Restore weights, optimizer, RNG states and the version from a checkpoint directory, or
-        the latest under a checkpoints root. Returns {"step", "version", "extra", "path"}."""
+        """Restore weights, optimizer, RNG states and the version from a checkpoint directory (it
+        must pass its checksums), or the newest valid one under a checkpoints root (newer corrupt
+        or half-written ones are skipped with a warning). Returns {"step", "version", "extra", "path"}."""
         path = ckpt.resolve(path)
         meta = ckpt.read_meta(path)
         if meta["backend"] != self.cfg.backend:

@@ -4,7 +4,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -89,9 +91,121 @@ def test_missing_or_foreign_checkpoint_is_an_error(model_path, tmp_path):
         trainer.load_checkpoint(str(tmp_path))
     path = trainer.save_checkpoint(str(tmp_path), 1)
     meta = ckpt.read_meta(path)
-    ckpt.write_json({**meta, "backend": "megatron"})(os.path.join(path, ckpt.META))
+    ckpt.write_meta(path, {**meta, "backend": "megatron"})  # resealed: valid, but foreign
     with pytest.raises(ValueError, match="megatron"):
         trainer.load_checkpoint(path)
+
+
+# -- checksums ---------------------------------------------------------------------------------
+def flip_byte(path):
+    with open(path, "r+b") as handle:
+        handle.seek(os.path.getsize(path) // 2)
+        byte = handle.read(1)
+        handle.seek(-1, os.SEEK_CUR)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+
+
+def truncate(path):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def two_checkpoints(model_path, root):
+    """A trainer that saved steps 1 and 2 (extra {"step": n})."""
+    trainer = Trainer(config(), model_path, seed=0)
+    for n in (1, 2):
+        step(trainer, n)
+        trainer.save_checkpoint(root, n, extra={"step": n})
+    return trainer
+
+
+def test_manifest_lists_every_file_with_its_sha256(model_path, tmp_path):
+    trainer = Trainer(config(), model_path, seed=0)
+    path = trainer.save_checkpoint(str(tmp_path), 1)
+    meta = ckpt.read_meta(path)
+    on_disk = sorted(os.listdir(path))
+    assert on_disk == ["extra.pt", "meta.json", "model.safetensors", "optimizer-rank00000.pt", "rng-rank00000.pt"]
+    assert sorted(meta[ckpt.FILES]) == [n for n in on_disk if n != ckpt.META]  # the rank parts are gone
+    for name, entry in meta[ckpt.FILES].items():
+        file_path = os.path.join(path, name)
+        assert entry == {"sha256": ckpt.file_sha256(file_path), "bytes": os.path.getsize(file_path)}
+    assert ckpt.check(path) is None
+
+
+def test_files_are_hashed_while_written_except_safetensors(model_path, tmp_path, monkeypatch):
+    trainer = Trainer(config(), model_path, seed=0)
+    read_back = []
+    real = ckpt.file_sha256
+    monkeypatch.setattr(ckpt, "file_sha256", lambda path: read_back.append(os.path.basename(path)) or real(path))
+    trainer.save_checkpoint(str(tmp_path), 1)
+    assert read_back == [ckpt.MODEL]  # torch.save and JSON stream through the hash
+
+
+@pytest.mark.parametrize("damage", [flip_byte, truncate], ids=["flipped-byte", "truncated"])
+@pytest.mark.parametrize("name", [ckpt.MODEL, "optimizer-rank00000.pt", ckpt.EXTRA])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(model_path, tmp_path, caplog, damage, name):
+    root = str(tmp_path)
+    trainer = two_checkpoints(model_path, root)
+    newest = os.path.join(root, "step-00000002")
+    damage(os.path.join(newest, name))
+    info = Trainer(config(), model_path, seed=0).load_checkpoint(root)
+    assert (info["step"], info["version"], info["extra"]) == (1, 1, {"step": 1})
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(newest in m and name in m for m in warned), warned
+    # One definition of "complete and valid" for every reader.
+    assert ckpt.latest_checkpoint(root) == ckpt.resolve(root) == info["path"]
+    assert [s for s, _ in ckpt.list_checkpoints(root)] == [1]
+    with pytest.raises(ValueError, match=name):  # asked for by name: no silent fallback
+        trainer.load_checkpoint(newest)
+
+
+def test_a_damaged_meta_json_is_skipped(model_path, tmp_path, caplog):
+    root = str(tmp_path)
+    two_checkpoints(model_path, root)
+    meta_path = os.path.join(root, "step-00000002", ckpt.META)
+    meta = ckpt.read_meta(os.path.dirname(meta_path))
+    ckpt.write_json({**meta, "step": 7})(meta_path)  # edited, not resealed
+    assert ckpt.latest_checkpoint(root).endswith("step-00000001")
+    with open(meta_path, "wb") as handle:
+        handle.write(b'{"step": 2, "vers')  # cut short
+    assert ckpt.latest_checkpoint(root).endswith("step-00000001")
+    assert any("meta.json" in r.getMessage() for r in caplog.records)
+
+
+def test_the_only_checkpoint_damaged_is_a_clear_error(model_path, tmp_path):
+    trainer = Trainer(config(), model_path, seed=0)
+    path = trainer.save_checkpoint(str(tmp_path), 1)
+    flip_byte(os.path.join(path, "optimizer-rank00000.pt"))
+    with pytest.raises(FileNotFoundError, match=r"optimizer-rank00000\.pt.*start without --resume"):
+        trainer.load_checkpoint(str(tmp_path))
+    assert ckpt.latest_checkpoint(str(tmp_path)) is None and ckpt.list_checkpoints(str(tmp_path)) == []
+
+
+def test_a_checkpoint_without_checksums_loads_unverified(model_path, tmp_path, caplog):
+    trainer = Trainer(config(), model_path, seed=0)
+    step(trainer, 1)
+    path = trainer.save_checkpoint(str(tmp_path), 1, extra={"old": True})
+    meta = ckpt.read_meta(path)
+    legacy = {k: v for k, v in meta.items() if k not in (ckpt.FILES, ckpt.META_SHA256)}
+    ckpt.write_json({**legacy, "format": 1})(os.path.join(path, ckpt.META))  # as format 1 wrote it
+    info = Trainer(config(), model_path, seed=0).load_checkpoint(str(tmp_path))
+    assert (info["version"], info["extra"]) == (1, {"old": True})
+    assert any("unverified" in r.getMessage() and path in r.getMessage() for r in caplog.records)
+
+
+def test_ranks_manifest_parts_merge_into_one_meta(tmp_path):
+    """Two ranks (threads, a threading barrier): rank 0's meta lists both ranks' files."""
+    root, barrier = str(tmp_path), threading.Barrier(2, timeout=60)
+
+    def rank(r):
+        files = {ckpt.rank_file("rng", r): ckpt.write_torch({"rank": r})}
+        return ckpt.save(root, 3, r, files, {"step": 3}, keep=2, barrier=barrier.wait)
+
+    with ThreadPoolExecutor(2) as pool:
+        assert len({f.result() for f in [pool.submit(rank, r) for r in (0, 1)]}) == 1  # result() re-raises
+    path = os.path.join(root, "step-00000003")
+    assert sorted(ckpt.read_meta(path)[ckpt.FILES]) == ["rng-rank00000.pt", "rng-rank00001.pt"]
+    assert sorted(os.listdir(path)) == ["meta.json", "rng-rank00000.pt", "rng-rank00001.pt"]
+    assert ckpt.check(path) is None
 
 
 _KILLED_MID_SAVE = textwrap.dedent("""
