@@ -20,7 +20,7 @@ from actors.launch import Fleet, init_ray, kill, launch, reap_episodes, shutdown
 from actors.policy_setup import ensure_policy
 from actors.report.metrics_export import MetricsExporter
 from actors.report.plots import write_plots
-from actors.restart import resume_run, save_run_checkpoint
+from actors.restart import CheckpointCadence, resume_run, save_run_checkpoint
 from actors.supervisor import RoleFailure, Supervisor, call, guard
 from actors.report.run_dir import RunDir
 from actors.report.step_report import status_line, step_metrics, update_metrics
@@ -81,7 +81,7 @@ def begin(fleet: Fleet, cfg: Config, run_dir: RunDir, resume: bool) -> tuple[int
         run_dir.keep_rows_through(0)  # a restart without a checkpoint starts over
         return 0, 0
     with guard():
-        step, version, readmitted = resume_run(fleet, run_dir.checkpoints)
+        step, version, readmitted = resume_run(fleet, run_dir.checkpoints, cfg.deadlines.checkpoint_s)
         run_dir.keep_rows_through(step)
         sync_weights(fleet, version, cfg)
     print(f"[swerve] resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted", flush=True)
@@ -106,6 +106,7 @@ def train(cfg: Config) -> Path:
         try:
             step, version = begin(fleet, cfg, run_dir, resume)
             start_episodes(fleet, cfg, tokenizer_path)
+            cadence = CheckpointCadence(cfg.trainer, start_s=time.perf_counter())  # a resume counts from here
             print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
                   f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
                   f"{len(fleet.episodes)} episode actors -> {run_dir.path}", flush=True)
@@ -127,7 +128,7 @@ def train(cfg: Config) -> Path:
                 metrics = step_metrics(step, version, time.perf_counter() - t_step, batch, update, accounting,
                                        fleet.engine_set, time_rollout_wait_s=time_rollout_wait_s,
                                        time_weight_sync_s=time_weight_sync_s, time_export_s=time_export_s,
-                                       engine_versions=engine_versions,
+                                       engine_versions=engine_versions, **cadence.metrics(time.perf_counter()),
                                        **{f"restarts_{kind}": n for kind, n in restarts.items()})
                 run_dir.write_metrics(metrics)
                 exporter.export(metrics)
@@ -135,10 +136,10 @@ def train(cfg: Config) -> Path:
                 run_dir.write_trajectories(step, [t.summary() for t in batch.trajectories[: cfg.run.trajectories_per_step]])
                 print(status_line(metrics, cfg.trainer.total_steps), flush=True)
                 supervisor.healed()
-                interval = cfg.trainer.checkpoint_interval
-                if step == cfg.trainer.total_steps or (interval and step % interval == 0):
+                if cadence.due(step, cfg.trainer.total_steps, time.perf_counter()):
                     with guard():
-                        save_run_checkpoint(fleet, run_dir.checkpoints, step)
+                        cost_s = save_run_checkpoint(fleet, run_dir.checkpoints, step, cfg.deadlines.checkpoint_s)
+                    cadence.saved(time.perf_counter(), cost_s)
                     write_plots(run_dir.rows(), run_dir.path)
             with guard():
                 # The trained policy as an HF directory: what `swerve eval` and the engines load.

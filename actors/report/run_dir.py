@@ -24,6 +24,9 @@ METRIC_NAMES = (
     "entropy_mean", "logprob_mismatch_mean", "mismatch_kl", "behavior_kl", "ratio_mean", "ratio_max",
     "clip_fraction", "tis_mean", "grad_norm", "lr", "advantage_std", "informative_group_fraction",
     "train_pass_rate",
+    # Is the run safe? (README, "Restarts")
+    "time_checkpoint_s", "checkpoint_overhead_fraction", "restarts_collector", "restarts_trainer",
+    "restarts_engine", "restarts_episode",
 )
 
 

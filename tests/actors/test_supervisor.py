@@ -1,0 +1,139 @@
+"""The driver's supervisor: roles killed (SIGKILL) or hung (SIGSTOP) in the middle of a real run
+on local Ray are survived with no human action (no --resume): every step is trained, the books
+balance, nothing is trained twice. Unit tests of the bounds need no Ray."""
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+import ray
+import ray._private.state as ray_state
+
+from actors.driver import train
+from actors.sample_collector import COUNTERS
+from actors.supervisor import RoleFailure, RunAborted, Supervisor, role_kind
+from configs import load_config
+from configs.schema import RunConfig
+
+IDENTITY = COUNTERS[1:]
+
+
+def test_rollbacks_are_bounded_per_role_and_in_total_and_the_message_says_what_to_run():
+    supervisor = Supervisor(RunConfig(max_restarts=2, max_restarts_total=3), "swerve train --resume")
+    supervisor.failed(RoleFailure("collector", "died"))
+    supervisor.failed(RoleFailure("trainer-1", "hung"))
+    supervisor.failed(RoleFailure("trainer-0", "died"))
+    assert supervisor.restarts(engine_restarts=2) == {"collector": 1, "trainer": 2, "engine": 2, "episode": 0}
+    with pytest.raises(RunAborted) as err:
+        supervisor.failed(RoleFailure("collector", "died (SIGKILL)"))  # a 4th in all: past the total bound
+    assert "collector" in str(err.value) and "died (SIGKILL)" in str(err.value)
+    assert "swerve train --resume" in str(err.value)
+    per_role = Supervisor(RunConfig(max_restarts=1, max_restarts_total=10), "x")
+    per_role.failed(RoleFailure("trainer-0", "died"))
+    with pytest.raises(RunAborted):
+        per_role.failed(RoleFailure("trainer-0", "died"))
+    assert role_kind("trainer-12") == "trainer" and role_kind("collector") == "collector"
+
+
+def small(tmp_path, cache, name, *extra):
+    return load_config("tests/smoke.yaml", [
+        f"run.dir={tmp_path}", f"run.name={name}", "engine.num_engines=1", "trainer.total_steps=3",
+        "trainer.checkpoint_interval=1", f"model.cache_dir={cache}", f"tokenizer.cache_dir={cache}",
+        "rollout.max_turns=2", "rollout.max_tokens_per_turn=16", *extra,
+    ])
+
+
+def actor_pid(namespace: str, name: str) -> int:
+    """From the GCS of this process's Ray (the state API would need a dashboard, and several Rays
+    may run on this machine)."""
+    actor_id = ray.get_actor(name, namespace=namespace)._actor_id.hex()
+    return ray_state.actors()[actor_id]["Pid"]
+
+
+def server_pid(engine_pid: int) -> int:
+    """The engine actor's server process (`python -m policies.server`), its child."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if ppid == engine_pid and b"policies.server" in cmd:
+                return int(entry)
+    raise LookupError(f"no server process under engine pid {engine_pid}")
+
+
+def after_first_step(run_dir, act) -> threading.Thread:
+    """Once the run has written its first metrics row, `act()` (in a thread, so train() runs here)."""
+    metrics = run_dir / "metrics.jsonl"
+
+    def wait_then_act():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if metrics.exists() and metrics.read_text().strip():
+                act()
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread
+
+
+def finished_whole(path, steps=3) -> dict:
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    acc = json.loads((path / "accounting.json").read_text())
+    assert acc["admitted"] == sum(acc[k] for k in IDENTITY) and acc["in_flight"] == 0
+    seen = []
+    for f in sorted((path / "trajectories").glob("*.jsonl")):
+        seen += [(t["group_id"], t["member"], t["attempt"]) for t in map(json.loads, f.read_text().splitlines())]
+    assert len(seen) == len(set(seen))  # nothing trained twice
+    return acc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", ["collector", "trainer-0"])
+def test_a_killed_stateful_role_rolls_back_and_the_run_finishes(ray_session, swerve_cache, tmp_path, role):
+    cfg = small(tmp_path, swerve_cache, f"kill-{role}")
+    ns = f"swerve-{cfg.run.name}"
+    killed = []
+    after_first_step(tmp_path / cfg.run.name, lambda: killed.append(os.kill(actor_pid(ns, role), signal.SIGKILL)))
+    acc = finished_whole(train(cfg))
+    assert killed and acc["restarts"][role_kind(role)] == 1
+    assert acc["heal_s"][role_kind(role)][0] > 0
+
+
+@pytest.mark.slow
+def test_a_hung_trainer_shard_is_found_by_its_deadline(ray_session, swerve_cache, tmp_path):
+    # No checkpoint after step 1: the stopped shard is met in step 2's update, and the run starts over.
+    cfg = small(tmp_path, swerve_cache, "hang-trainer", "deadlines.train_step_s=20", "trainer.checkpoint_interval=2")
+    ns = f"swerve-{cfg.run.name}"
+    after_first_step(tmp_path / cfg.run.name, lambda: os.kill(actor_pid(ns, "trainer-0"), signal.SIGSTOP))
+    acc = finished_whole(train(cfg))
+    assert acc["restarts"]["trainer"] == 1
+
+
+@pytest.mark.slow
+def test_a_hung_engine_server_is_replaced_and_the_run_goes_on(ray_session, swerve_cache, tmp_path):
+    cfg = small(tmp_path, swerve_cache, "hang-engine", "deadlines.engine_health_s=3", "engine.health_interval_s=1")
+    ns = f"swerve-{cfg.run.name}"
+    stopped = []
+
+    def stop_server():
+        pid = server_pid(actor_pid(ns, "engine-0"))
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+
+    after_first_step(tmp_path / cfg.run.name, stop_server)
+    acc = finished_whole(train(cfg))
+    assert stopped and acc["restarts"]["engine"] >= 1 and acc["restarts"]["trainer"] == 0
+    with pytest.raises(ProcessLookupError):  # the stopped server ended with its engine
+        for _ in range(100):
+            os.kill(stopped[0], 0)
+            time.sleep(0.1)
