@@ -1,20 +1,48 @@
-"""`swerve pipeline` end to end at the smallest size: every stage runs and the files appear."""
+"""`swerve pipeline` end to end at the smallest size: every stage runs and the files appear; a
+re-run continues (finished stages skipped, RL resumed from its checkpoint) instead of starting over."""
+import contextlib
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from actors.cli import main
+from actors.pipeline import (MARKER, NOT_FINGERPRINTED, STARTED, UNREAD_BY_STAGE, flat_config, plan_stages,
+                             stage_config, stage_fingerprints)
+from actors.report.run_dir import write_json
+from actors.sample_collector import COUNTERS
+from configs import load_config
 
-pytestmark = pytest.mark.slow  # the whole pipeline on Ray
+REPO = Path(__file__).resolve().parents[2]
+IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
+SMALL = ["pipeline.trace_tasks=2", "pipeline.traces_per_task=1", "sft.max_steps=2", "sft.batch_size=2",
+         "trainer.total_steps=1", "engine.num_engines=1", "eval.num_tasks=2", "eval.attempts=1",
+         "rollout.max_turns=2", "rollout.max_tokens_per_turn=16", "rollout.group_size=2",
+         "rollout.groups_per_batch=1", "rollout.num_episode_actors=2"]
 
 
-def test_pipeline_writes_summary_predictions_and_curve(ray_session, swerve_cache, tmp_path):
-    code = main(["pipeline", f"run.dir={tmp_path}", "run.name=story", f"model.cache_dir={swerve_cache}",
-                 f"tokenizer.cache_dir={swerve_cache}", "pipeline.trace_tasks=2", "pipeline.traces_per_task=1",
-                 "sft.max_steps=2", "sft.batch_size=2", "trainer.total_steps=1", "engine.num_engines=1",
-                 "eval.num_tasks=2", "eval.attempts=1", "rollout.max_turns=2", "rollout.max_tokens_per_turn=16"])
-    assert code == 0
-    root = tmp_path / "story"
+def story_args(run_dir, swerve_cache, name="story", *extra):
+    return [f"run.dir={run_dir}", f"run.name={name}", f"model.cache_dir={swerve_cache}",
+            f"tokenizer.cache_dir={swerve_cache}", *SMALL, *extra]
+
+
+@pytest.fixture(scope="module")
+def story(ray_session, swerve_cache, tmp_path_factory):
+    """One finished pipeline (base, sft, rl) shared by the tests that read it or re-run it."""
+    run_dir = tmp_path_factory.mktemp("pipeline")
+    assert main(["pipeline", *story_args(run_dir, swerve_cache)]) == 0
+    return run_dir
+
+
+@pytest.mark.slow  # the whole pipeline on Ray
+def test_pipeline_writes_summary_predictions_and_curve(story):
+    root = story / "story"
     summary = json.loads((root / "summary.json").read_text())
     assert {"base_pass_at_1", "sft_pass_at_1", "rl_pass_at_1", "attempts_per_task", "eval_tasks"} <= set(summary)
     assert summary["eval_tasks"] == 2 and summary["attempts_per_task"] == 1
@@ -32,15 +60,194 @@ def test_pipeline_writes_summary_predictions_and_curve(ray_session, swerve_cache
     assert rl_ids == train_ids[2:]
     for stage in ("base", "sft", "rl"):
         assert (root / stage / "eval.json").is_file()
+        marker = json.loads((root / stage / MARKER).read_text())
+        assert marker["stage"] == stage and marker["outputs"]["eval"] == f"{stage}/eval.json"
+        assert marker["pass@1"] == summary[f"{stage}_pass_at_1"]
+    sft_marker = json.loads((root / "sft" / MARKER).read_text())
+    assert sft_marker["outputs"]["policy"] == "sft/policy" and sft_marker["traced_task_ids"] == train_ids[:2]
     assert (root / "rl" / "policy" / "config.json").is_file()
     rows = [json.loads(line) for line in (root / "predictions.jsonl").read_text().splitlines()]
     assert rows and all({"instance_id", "model_name_or_path", "model_patch"} <= set(r) for r in rows)
     assert (root / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_rl_pool_is_the_tasks_sft_never_saw():
-    import pytest
+@pytest.mark.slow  # re-runs the finished pipeline on Ray
+def test_rerun_of_a_finished_pipeline_skips_every_stage(story, swerve_cache, capsys):
+    root = story / "story"
+    capsys.readouterr()
+    before = {path: (path.read_bytes(), path.stat().st_mtime_ns)
+              for stage in ("base", "sft", "rl") for path in (root / stage / "eval.json", root / stage / MARKER)}
+    summary = (root / "summary.json").read_bytes()
+    assert main(["pipeline", *story_args(story, swerve_cache)]) == 0
+    out = capsys.readouterr().out
+    for stage in ("base", "sft", "rl"):
+        line = next(line for line in out.splitlines() if line.startswith(f"[swerve] pipeline: {stage} "))
+        assert "skipped" in line and "pipeline.fresh=true" in line, line
+    assert "expert traces" not in out and "RL on" not in out  # nothing ran again
+    assert {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in before} == before
+    assert (root / "summary.json").read_bytes() == summary  # the same summary from the reports read back
+    assert "rl - sft:" in out  # the table is printed as after a full run
 
+
+# Ray's per-node agents outlive a SIGKILLed raylet for minutes; they write nothing of a run's.
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def _group(pgid: int) -> dict[int, str]:
+    """pid -> command line of the live processes in a process group."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # it exited while we looked
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found[int(entry.name)] = command
+    return found
+
+
+@pytest.mark.slow  # a pipeline in a child process (its own Ray), SIGKILLed during RL and re-run
+def test_pipeline_killed_during_rl_resumes_from_its_checkpoint(ray_session, swerve_cache, tmp_path, capsys):
+    from policies.checkpoint import latest_checkpoint, list_checkpoints
+
+    # RL alone (skipping finished stages is the test above's), two steps, a checkpoint after each.
+    args = story_args(tmp_path, swerve_cache, "killed", "pipeline.stages=[rl]", "trainer.total_steps=2",
+                      "trainer.checkpoint_interval=1")
+    root = tmp_path / "killed"
+    log = tmp_path / "killed.log"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a local Ray of its own
+    with log.open("w") as out:
+        # Its own session: the pipeline and the Ray it starts are one process group we can wait on.
+        proc = subprocess.Popen([sys.executable, "-m", "actors", "pipeline", *args], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 150
+        while latest_checkpoint(str(root / "rl" / "checkpoints")) is None:
+            assert proc.poll() is None, f"the pipeline ended (rc {proc.returncode}) before a checkpoint:\n" \
+                                        + log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no RL checkpoint within 150 s:\n" + log.read_text()[-3000:]
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)  # the pipeline's process, as a user's kill -9 would
+        proc.wait()
+        # Its Ray and actors die with it; wait so that nothing of the killed run still writes into the run dir.
+        deadline = time.monotonic() + 60
+        while [c for c in _group(proc.pid).values() if not c.startswith(RAY_AGENTS)]:
+            assert time.monotonic() < deadline, f"the killed run's processes still run: {_group(proc.pid)}"
+            time.sleep(0.5)
+    finally:
+        for pid in _group(proc.pid):  # Ray's agents, or what a failed assert left: ours to end
+            with contextlib.suppress(ProcessLookupError):  # it may end on its own meanwhile
+                os.kill(pid, signal.SIGKILL)
+    assert not (root / "rl" / MARKER).exists()
+    saved_step = list_checkpoints(str(root / "rl" / "checkpoints"))[-1][0]
+    assert saved_step == 1, log.read_text()[-3000:]
+
+    capsys.readouterr()
+    assert main(["pipeline", *args]) == 0
+    out = capsys.readouterr().out
+    assert "[swerve] pipeline: rl resumes from its newest checkpoint (rl/checkpoints/" in out
+    assert re.search(rf"\[swerve\] resumed at step {saved_step}\b", out), out[-3000:]
+    rows = [json.loads(line) for line in (root / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]  # the step before the kill kept, the one after it done once
+    assert [r["policy_version"] for r in rows] == [1, 2]
+    accounting = json.loads((root / "rl" / "accounting.json").read_text())
+    assert accounting["admitted"] == sum(accounting[k] for k in IDENTITY)
+    assert (root / "rl" / MARKER).is_file() and (root / "rl" / "policy" / "config.json").is_file()
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["stages"] == ["rl"] and summary["rl_pass_at_1"] == json.loads((root / "rl" / MARKER).read_text())["pass@1"]
+
+
+# -- which stages a re-run skips (no Ray: markers written by hand) ----------------------------
+def _cfg(tmp_path, *extra):
+    return load_config(None, [f"run.dir={tmp_path}", "run.name=plan", *extra])
+
+
+def _finish(root, cfg, stages=("base", "sft", "rl")):
+    """Completion markers as the pipeline writes them, with their outputs on disk."""
+    fingerprints = stage_fingerprints(cfg)
+    previous = None
+    for stage in stages:
+        outputs = {"eval": f"{stage}/eval.json"}
+        (root / stage).mkdir(parents=True, exist_ok=True)
+        (root / outputs["eval"]).write_text("{}")
+        write_json(root / stage / MARKER, {"stage": stage, "fingerprint": fingerprints[stage], "after": previous,
+                                          "config": stage_config(cfg, stage), "outputs": outputs})
+        previous = fingerprints[stage]
+
+
+def _actions(root, cfg):
+    return [(p.stage, p.action) for p in plan_stages(root, cfg)]
+
+
+def test_every_fingerprint_exclusion_names_a_config_key():
+    import fnmatch
+
+    keys = list(flat_config(load_config(None, [])))
+    for pattern in NOT_FINGERPRINTED + tuple(p for patterns in UNREAD_BY_STAGE.values() for p in patterns):
+        assert fnmatch.filter(keys, pattern), f"{pattern} matches no config key (renamed?)"
+
+
+def test_fingerprints_follow_what_each_stage_reads(tmp_path):
+    base = stage_fingerprints(_cfg(tmp_path))
+    # Where files and processes go does not change results.
+    assert stage_fingerprints(_cfg(tmp_path / "elsewhere", "run.name=other", "ray.num_cpus=3", "run.resume=true",
+                                   "trainer.checkpoint_interval=1", "model.cache_dir=/c")) == base
+    rl_only = stage_fingerprints(_cfg(tmp_path, "trainer.lr=0.5"))
+    assert rl_only["base"] == base["base"] and rl_only["sft"] == base["sft"] and rl_only["rl"] != base["rl"]
+    sft_on = stage_fingerprints(_cfg(tmp_path, "sft.lr=0.5"))
+    assert sft_on["base"] == base["base"] and sft_on["sft"] != base["sft"] and sft_on["rl"] != base["rl"]
+    everything = stage_fingerprints(_cfg(tmp_path, "eval.attempts=2"))
+    assert all(everything[s] != base[s] for s in base)
+    # Without the base stage before it, SFT's chain differs: the stages before a stage are its inputs.
+    assert stage_fingerprints(_cfg(tmp_path, "pipeline.stages=[sft,rl]"))["sft"] != base["sft"]
+    with pytest.raises(ValueError, match="allowed: base, sft, rl"):
+        stage_fingerprints(_cfg(tmp_path, "pipeline.stages=[base,dpo]"))
+
+
+def test_plan_skips_finished_stages_up_to_the_first_that_changed(tmp_path):
+    root = tmp_path / "plan"
+    cfg = _cfg(tmp_path)
+    assert _actions(root, cfg) == [("base", "run"), ("sft", "run"), ("rl", "run")]
+    _finish(root, cfg)
+    assert _actions(root, cfg) == [("base", "skip"), ("sft", "skip"), ("rl", "skip")]
+    changed = plan_stages(root, _cfg(tmp_path, "trainer.lr=0.5"))
+    assert [(p.stage, p.action) for p in changed] == [("base", "skip"), ("sft", "skip"), ("rl", "run")]
+    assert "trainer.lr: 1e-05 -> 0.5" in changed[2].note
+    assert _actions(root, _cfg(tmp_path, "pipeline.fresh=true")) == [("base", "run"), ("sft", "run"), ("rl", "run")]
+    # A stage's directory without its marker (killed mid-SFT: half a policy) is not done, nor what follows.
+    (root / "sft" / MARKER).unlink()
+    (root / "sft" / "policy").mkdir()
+    plans = plan_stages(root, cfg)
+    assert [(p.stage, p.action) for p in plans] == [("base", "skip"), ("sft", "run"), ("rl", "run")]
+    assert "did not finish" in plans[1].note and "sft before it runs again" in plans[2].note
+    # An output the marker lists that is gone: run again.
+    _finish(root, cfg)
+    (root / "base" / "eval.json").unlink()
+    assert _actions(root, cfg)[0] == ("base", "run")
+
+
+def test_plan_resumes_rl_only_from_a_checkpoint_of_this_config(tmp_path):
+    root = tmp_path / "plan"
+    cfg = _cfg(tmp_path)
+    _finish(root, cfg, ("base", "sft"))
+    checkpoint = root / "rl" / "checkpoints" / "step-00000002"
+    checkpoint.mkdir(parents=True)
+    # No started record: whose checkpoints these are is unknown, so RL starts over.
+    assert _actions(root, cfg)[2] == ("rl", "run")
+    (checkpoint / "meta.json").write_text("{}")
+    assert _actions(root, cfg)[2] == ("rl", "run")
+    write_json(root / "rl" / STARTED, {"stage": "rl", "fingerprint": stage_fingerprints(cfg)["rl"],
+                                       "config": stage_config(cfg, "rl")})
+    plans = plan_stages(root, cfg)
+    assert plans[2].action == "resume" and "rl/checkpoints/step-00000002" in plans[2].note
+    other = plan_stages(root, _cfg(tmp_path, "trainer.kl_coef=0.5"))
+    assert other[2].action == "run" and "trainer.kl_coef: 0.0 -> 0.5" in other[2].note
+    assert _actions(root, _cfg(tmp_path, "pipeline.fresh=true"))[2] == ("rl", "run")
+
+
+def test_rl_pool_is_the_tasks_sft_never_saw():
     from actors.pipeline import rl_task_ids
 
     assert rl_task_ids(["a", "b", "c"], ["a"], unseen_only=True) == ["b", "c"]
