@@ -29,6 +29,7 @@ class EngineSet:
     weights: object = None  # ObjectRef of the current state_dict; None: the checkpoint at model_path
     restarts: int = 0
     _next_check: float = 0.0
+    _misses: dict = field(default_factory=dict)  # engine index -> health probes missed in a row
 
     def start(self) -> "EngineSet":
         self.handles = [create_engine(self.cfg, i, self.model_path, self.namespace, resource=self.resource)
@@ -54,24 +55,30 @@ class EngineSet:
         print(f"[swerve] engine-{index} died; replaced, serving v{self.version}", flush=True)
 
     def replace_dead(self) -> list[int]:
-        """Probe every engine; replace the dead and the hung ones (with the current weights): an
-        engine that does not answer within deadlines.engine_health_s (its actor or its server
-        stopped) is treated as dead. Returns their indices."""
+        """Probe every engine; replace the dead and the hung ones (with the current weights). A dead
+        actor is replaced at once; one whose server does not answer /health within
+        deadlines.engine_health_s (a stopped or wedged server or actor) is replaced after
+        deadlines.engine_health_misses such probes in a row, so a server that is only slow under
+        load is not mistaken for a hung one. Returns the indices replaced."""
         health_s = self.deadlines.engine_health_s
         probes = [h.ping.remote(health_s) for h in self.handles]
         deadline = time.monotonic() + 2 * health_s
         dead = []
         for i, ref in enumerate(probes):
             try:
-                if not ray.get(ref, timeout=max(0.0, deadline - time.monotonic())):
-                    dead.append(i)
-                    log.warning("engine-%d: its server does not answer /health within %.0f s; replacing it", i, health_s)
+                answered = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except RayActorError:
                 dead.append(i)
+                continue
             except GetTimeoutError:
+                answered = False
+            self._misses[i] = 0 if answered else self._misses.get(i, 0) + 1
+            if self._misses[i] >= self.deadlines.engine_health_misses:
+                log.warning("engine-%d did not answer %d health probes of %.0f s in a row (hung); replacing it",
+                            i, self._misses[i], health_s)
                 dead.append(i)
-                log.warning("engine-%d did not answer a ping within %.0f s (hung); replacing it", i, 2 * health_s)
         for i in dead:
+            self._misses[i] = 0
             self._replace(i)
         self._next_check = time.monotonic() + self.cfg.health_interval_s
         return dead

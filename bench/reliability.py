@@ -20,7 +20,7 @@ from configs import Config, load_config, to_yaml
 REPORT = Path("RELIABILITY.md")
 REPO = Path(__file__).resolve().parents[1]
 NODE_LOSS_SCRIPT = REPO / "bench" / "node_loss_run.py"
-SCENARIOS = ("faults", "grader", "restart_torture", "node_loss", "bad_inputs", "tamper")
+SCENARIOS = ("faults", "grader", "roles", "restart_torture", "node_loss", "bad_inputs", "tamper")
 # Fault rates of the fault-injection run: high enough that every kind fires in a few steps.
 FAULT_RATES = {"sandbox_kill_rate": 0.03, "sandbox_start_fail_rate": 0.1, "llm_error_rate": 0.05,
                "engine_kill_rate": 1.0, "grader_crash_rate": 0.5}
@@ -86,6 +86,37 @@ def fault_run(cfg: Config, work: Path, steps: int, rates: dict = FAULT_RATES, ov
             "accounting": {k: acc[k] for k in COUNTERS}}
 
 
+# Short deadlines, so a hang is found in seconds (the defaults are sized for real models).
+ROLE_OVERRIDES = ("trainer.checkpoint_interval=1", "deadlines.train_step_s=20", "deadlines.engine_health_s=3",
+                  "engine.health_interval_s=1")
+
+
+def roles_run(cfg: Config, work: Path, steps: int) -> dict:
+    """Each role of bench.role_faults.ROLE_FAULTS killed or stopped after a run's first step, one
+    run each: the run must finish every step by itself; reports each one's heal time."""
+    from actors.driver import train
+    from actors.launch import init_ray
+    from bench.role_faults import ROLE_FAULTS, AfterFirstStep, hit
+
+    faults, heal_s, lost, twice = {}, {}, 0, 0
+    for role, target, sig in ROLE_FAULTS:
+        name = f"{role}-{target}-{sig.name.lower()}"
+        run_cfg = _config(cfg, work, [f"run.dir={work}", f"run.name={name}", f"trainer.total_steps={max(steps, 3)}",
+                                      *ROLE_OVERRIDES])
+        init_ray(run_cfg)
+        act = AfterFirstStep(work / name, lambda: hit(f"swerve-{name}", role, target, sig))
+        run = train(run_cfg)
+        acc = json.loads((run / "accounting.json").read_text())
+        rows = (run / "metrics.jsonl").read_text().splitlines()
+        healed = act.acted_at is not None and len(rows) == max(steps, 3) and samples_lost(acc) == 0
+        kind = f"{role.rsplit('-', 1)[0]}_{target}_{sig.name.lower()}"
+        faults[kind] = {"injected": int(act.acted_at is not None), "recovered": int(healed), "sources": {}}
+        heal_s[kind] = act.heal_s
+        lost += samples_lost(acc)
+        twice += _trained_twice(run)
+    return {"faults": faults, "heal_s": heal_s, "samples_lost": lost, "trained_twice": twice}
+
+
 def torture_run(cfg: Config, work: Path, steps: int) -> dict:
     from bench.torture import run_torture
 
@@ -115,7 +146,7 @@ def node_loss_run(cfg: Config, work: Path, steps: int) -> dict:
 def _episode_faults(details: dict) -> dict:
     """{kind: {"injected", "recovered", "sources"}} summed over the fault-injection runs."""
     total: dict = {}
-    for run in ("faults", "grader"):
+    for run in ("faults", "grader", "roles"):
         for kind, e in details.get(run, {}).get("faults", {}).items():
             entry = total.setdefault(kind, {"injected": 0, "recovered": 0, "sources": {}})
             entry["injected"] += e["injected"]
@@ -137,6 +168,9 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
         if "grader" in scenarios:
             (work / "grader").mkdir()
             details["grader"] = fault_run(cfg, work / "grader", steps, GRADER_RATES, GRADER_OVERRIDES)
+        if "roles" in scenarios:
+            (work / "roles").mkdir()
+            details["roles"] = roles_run(cfg, work / "roles", steps)
         if "restart_torture" in scenarios:
             (work / "torture").mkdir()
             details["restart_torture"] = torture_run(cfg, work / "torture", steps + 2)
@@ -169,6 +203,7 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
         "tampers_flagged": tamper.get("tampers_flagged", 0), "tampers_writing": tamper.get("tampers_writing", 0),
         "rl_tamper_rate": tamper.get("rl_tamper_rate"), "rl_tamper_reward_max": tamper.get("rl_reward_max"),
         "faults_by_kind": faults, "scenarios": list(details),
+        "heal_s_by_role": details.get("roles", {}).get("heal_s", {}),
         "figure": "faults recovered / injected", "ratio": recovered / injected if injected else 0.0,
         "baseline": float(injected), "bound": None,
         "target": "all recovered, 0 samples lost, 0 trained twice, every bad input refused",
@@ -198,6 +233,8 @@ def write_report(result: dict) -> None:
              f"| writing tamper attempts flagged (must be all {result['tampers_writing']}) | {result['tampers_flagged']} |",
              f"| RL run with a tampering agent: tamper_rate / best reward_mean (must be 0) | "
              f"{result['rl_tamper_rate']} / {result['rl_tamper_reward_max']} |", "", "Per fault:", "",
+             *(f"| heal time of {kind} (s) | {value} |" for kind, value in result.get("heal_s_by_role", {}).items()),
+             "",
              *(f"| {line} |" for line in table.splitlines()), "",
              "A grader crash can only be injected when an episode submits, which the small random policy of the "
              "fault run rarely does: the grader run's episodes are a scripted agent's (engine.backend=sim) that "

@@ -452,8 +452,10 @@ class DeadlinesConfig:
     Sandbox commands and the grader's test run have their own limits (sandbox.command_timeout_s,
     env.swe.grade_timeout_s) plus sandbox_margin_s."""
     # An engine's server must answer /health within this (the engine set probes every
-    # engine.health_interval_s); a stopped or wedged server is killed and replaced.
+    # engine.health_interval_s); after engine_health_misses unanswered probes in a row the
+    # engine counts as hung and is killed and replaced (one miss may be a busy CPU, not a hang).
     engine_health_s: float = 10.0
+    engine_health_misses: int = 3
     # One generate call, seen from an episode (a hung one fails as infra_error and is re-run).
     generate_s: float = 3600.0
     # Pushing weights into one engine (pause, load, resume); a hung engine is replaced.

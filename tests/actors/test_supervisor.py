@@ -4,16 +4,14 @@ balance, nothing is trained twice. Unit tests of the bounds need no Ray."""
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
-import ray
-import ray._private.state as ray_state
 
 from actors.driver import train
 from actors.sample_collector import COUNTERS
 from actors.supervisor import RoleFailure, RunAborted, Supervisor, role_kind
+from bench.role_faults import AfterFirstStep, hit
 from configs import load_config
 from configs.schema import RunConfig
 
@@ -45,46 +43,6 @@ def small(tmp_path, cache, name, *extra):
     ])
 
 
-def actor_pid(namespace: str, name: str) -> int:
-    """From the GCS of this process's Ray (the state API would need a dashboard, and several Rays
-    may run on this machine)."""
-    actor_id = ray.get_actor(name, namespace=namespace)._actor_id.hex()
-    return ray_state.actors()[actor_id]["Pid"]
-
-
-def server_pid(engine_pid: int) -> int:
-    """The engine actor's server process (`python -m policies.server`), its child."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
-            if ppid == engine_pid and b"policies.server" in cmd:
-                return int(entry)
-    raise LookupError(f"no server process under engine pid {engine_pid}")
-
-
-def after_first_step(run_dir, act) -> threading.Thread:
-    """Once the run has written its first metrics row, `act()` (in a thread, so train() runs here)."""
-    metrics = run_dir / "metrics.jsonl"
-
-    def wait_then_act():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if metrics.exists() and metrics.read_text().strip():
-                act()
-                return
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=wait_then_act, daemon=True)
-    thread.start()
-    return thread
-
-
 def finished_whole(path, steps=3) -> dict:
     rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
@@ -98,15 +56,19 @@ def finished_whole(path, steps=3) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("role", ["collector", "trainer-0"])
-def test_a_killed_stateful_role_rolls_back_and_the_run_finishes(ray_session, swerve_cache, tmp_path, role):
+@pytest.mark.parametrize("role", ["collector", "trainer-0", "episode-0"])
+def test_a_killed_role_is_replaced_and_the_run_finishes(ray_session, swerve_cache, tmp_path, role):
     cfg = small(tmp_path, swerve_cache, f"kill-{role}")
     ns = f"swerve-{cfg.run.name}"
     killed = []
-    after_first_step(tmp_path / cfg.run.name, lambda: killed.append(os.kill(actor_pid(ns, role), signal.SIGKILL)))
+    AfterFirstStep(tmp_path / cfg.run.name, lambda: killed.append(hit(ns, role, "actor", signal.SIGKILL)))
     acc = finished_whole(train(cfg))
-    assert killed and acc["restarts"][role_kind(role)] == 1
-    assert acc["heal_s"][role_kind(role)][0] > 0
+    kind = role_kind(role)
+    assert killed and acc["restarts"][kind] >= 1
+    if kind in ("collector", "trainer"):  # stateful: the run rolled back to its checkpoint once
+        assert acc["restarts"][kind] == 1 and acc["heal_s"][kind][0] > 0
+    else:  # replaced where it died, its work re-run; nothing rolled back
+        assert acc["restarts"]["collector"] == acc["restarts"]["trainer"] == 0 and acc["infra_excluded"] >= 0
 
 
 @pytest.mark.slow
@@ -114,7 +76,7 @@ def test_a_hung_trainer_shard_is_found_by_its_deadline(ray_session, swerve_cache
     # No checkpoint after step 1: the stopped shard is met in step 2's update, and the run starts over.
     cfg = small(tmp_path, swerve_cache, "hang-trainer", "deadlines.train_step_s=20", "trainer.checkpoint_interval=2")
     ns = f"swerve-{cfg.run.name}"
-    after_first_step(tmp_path / cfg.run.name, lambda: os.kill(actor_pid(ns, "trainer-0"), signal.SIGSTOP))
+    AfterFirstStep(tmp_path / cfg.run.name, lambda: hit(ns, "trainer-0", "actor", signal.SIGSTOP))
     acc = finished_whole(train(cfg))
     assert acc["restarts"]["trainer"] == 1
 
@@ -124,13 +86,7 @@ def test_a_hung_engine_server_is_replaced_and_the_run_goes_on(ray_session, swerv
     cfg = small(tmp_path, swerve_cache, "hang-engine", "deadlines.engine_health_s=3", "engine.health_interval_s=1")
     ns = f"swerve-{cfg.run.name}"
     stopped = []
-
-    def stop_server():
-        pid = server_pid(actor_pid(ns, "engine-0"))
-        os.kill(pid, signal.SIGSTOP)
-        stopped.append(pid)
-
-    after_first_step(tmp_path / cfg.run.name, stop_server)
+    AfterFirstStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "engine-0", "server", signal.SIGSTOP)))
     acc = finished_whole(train(cfg))
     assert stopped and acc["restarts"]["engine"] >= 1 and acc["restarts"]["trainer"] == 0
     with pytest.raises(ProcessLookupError):  # the stopped server ended with its engine

@@ -60,3 +60,21 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     assert result["faults_recovered"] == result["faults_injected"] >= 1
     assert "| faults injected |" in (tmp_path / "RELIABILITY.md").read_text()
     assert "| reliability |" in (tmp_path / "BENCHMARKS.md").read_text()
+
+
+def test_roles_scenario_heals_a_killed_engine_server_and_reports_its_heal_time(ray_session, swerve_cache, tmp_path,
+                                                                               monkeypatch):
+    import signal
+
+    from bench import reliability as bench_reliability
+    from bench import role_faults
+    from configs import load_config
+
+    monkeypatch.setattr(role_faults, "ROLE_FAULTS", (("engine-0", "server", signal.SIGKILL),))
+    cfg = load_config("tests/smoke.yaml", [f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}",
+                                           "engine.num_engines=1", "rollout.max_turns=2",
+                                           "rollout.max_tokens_per_turn=16"])
+    report = bench_reliability.roles_run(cfg, tmp_path, steps=3)
+    assert report["faults"] == {"engine_server_sigkill": {"injected": 1, "recovered": 1, "sources": {}}}
+    assert report["heal_s"]["engine_server_sigkill"] > 0
+    assert report["samples_lost"] == 0 and report["trained_twice"] == 0
