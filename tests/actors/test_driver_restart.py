@@ -1,5 +1,5 @@
-import pytest
 """Runs that stop and resume, other trainer backends, and SFT output as the starting policy."""
+import pytest
 import json
 
 from actors.cli import main

@@ -1,5 +1,5 @@
-import pytest
 """Scale-out by resources: sandboxes go to the node that declares `sandbox`, engines and trainers elsewhere."""
+import pytest
 import json
 import subprocess
 import sys

@@ -1,5 +1,5 @@
-import pytest
 """turn_overhead, scale and weight_sync: each runs and reports its figures (structure, never timing)."""
+import pytest
 from bench import scale as bench_scale
 from bench.registry import weight_sync
 from bench.turn_overhead import turn_overhead

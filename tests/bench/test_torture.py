@@ -1,7 +1,7 @@
-import pytest
 """Restart torture: the driver (`python -m actors train` in a child process on a Ray head of our own)
 is SIGKILLed three times, at random moments and once in the middle of a checkpoint save, and resumed
 with --resume each time: versions continue, nothing is trained twice, nothing admitted is lost."""
+import pytest
 import os
 
 from actors.sample_collector import COUNTERS
