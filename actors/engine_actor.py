@@ -146,9 +146,14 @@ class EngineActor:
             log.exception("closing an engine server at interpreter exit failed")
 
     def ping(self, timeout_s: float) -> bool:
-        """Alive and answering: a server that is stopped or wedged (no /health answer within
-        timeout_s) counts as dead, so the engine set replaces it instead of waiting on it."""
-        return self.server.alive() and self.client.health(timeout_s)
+        """Alive and answering: a server that is stopped (SIGSTOP, a debugger) or wedged (no /health
+        answer within timeout_s) counts as hung, so the engine set replaces it instead of waiting
+        on it. While a weight update runs, a server may rightly be too busy to answer (a big
+        model loads for minutes): then only a stopped process counts, deadlines.weight_sync_s
+        bounds the rest."""
+        if not self.server.alive() or self.server.stopped():
+            return False
+        return self._update_lock.locked() or self.client.health(timeout_s)
 
     # -- requests ---------------------------------------------------------------------
     def generate(self, request: SampleRequest) -> SampleOutput:

@@ -54,21 +54,19 @@ class EngineSet:
         self.restarts += 1
         print(f"[swerve] engine-{index} died; replaced, serving v{self.version}", flush=True)
 
-    def replace_dead(self) -> list[int]:
-        """Probe every engine; replace the dead and the hung ones (with the current weights). A dead
-        actor is replaced at once; one whose server does not answer /health within
-        deadlines.engine_health_s (a stopped or wedged server or actor) is replaced after
-        deadlines.engine_health_misses such probes in a row, so a server that is only slow under
-        load is not mistaken for a hung one. Returns the indices replaced."""
+    def _hung(self, indices: list[int]) -> list[int]:
+        """Probe these engines' health once: those dead, or past deadlines.engine_health_misses
+        unanswered probes of deadlines.engine_health_s in a row (a stopped or wedged server or
+        actor; one miss may be a server slow under load, not a hung one)."""
         health_s = self.deadlines.engine_health_s
-        probes = [h.ping.remote(health_s) for h in self.handles]
+        probes = {i: self.handles[i].ping.remote(health_s) for i in indices}
         deadline = time.monotonic() + 2 * health_s
-        dead = []
-        for i, ref in enumerate(probes):
+        hung = []
+        for i, ref in probes.items():
             try:
                 answered = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except RayActorError:
-                dead.append(i)
+                hung.append(i)
                 continue
             except GetTimeoutError:
                 answered = False
@@ -76,9 +74,14 @@ class EngineSet:
             if self._misses[i] >= self.deadlines.engine_health_misses:
                 log.warning("engine-%d did not answer %d health probes of %.0f s in a row (hung); replacing it",
                             i, self._misses[i], health_s)
-                dead.append(i)
+                hung.append(i)
+        return hung
+
+    def replace_dead(self) -> list[int]:
+        """Probe every engine; replace the dead and the hung ones (with the current weights).
+        Returns the indices replaced."""
+        dead = self._hung(list(range(len(self.handles))))
         for i in dead:
-            self._misses[i] = 0
             self._replace(i)
         self._next_check = time.monotonic() + self.cfg.health_interval_s
         return dead
@@ -87,20 +90,36 @@ class EngineSet:
         return self.replace_dead() if time.monotonic() >= self._next_check else []
 
     def sync(self, state_dict_ref, version: int) -> list[int]:
-        """Every engine serves `version` when this returns (a dead one is replaced with it)."""
+        """Every engine serves `version` when this returns. While the updates run, the engines still
+        updating are probed every engine.health_interval_s: a dead or hung one (or one past
+        deadlines.weight_sync_s) is replaced, and the replacement gets these weights first."""
         self.weights, self.version = state_dict_ref, version
-        refs = [h.update_weights.remote(state_dict_ref, version) for h in self.handles]
+        pending = {h.update_weights.remote(state_dict_ref, version): i for i, h in enumerate(self.handles)}
         deadline = time.monotonic() + self.deadlines.weight_sync_s
-        versions = []
-        for i, ref in enumerate(refs):
-            try:
-                versions.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
-            except (RayActorError, GetTimeoutError) as err:
-                if isinstance(err, GetTimeoutError):
-                    log.warning("engine-%d: weight update not done within %.0f s (hung); replacing it", i,
-                                self.deadlines.weight_sync_s)
-                self._replace(i)  # the replacement gets these weights before it serves
-                versions.append(ray.get(self.handles[i].version.remote(), timeout=self.deadlines.weight_sync_s))
+        versions: list = [None] * len(self.handles)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.cfg.health_interval_s)
+            replace = []
+            for ref in done:
+                i = pending.pop(ref)
+                try:
+                    versions[i] = ray.get(ref)
+                except RayActorError:
+                    replace.append(i)
+            if pending:
+                late = time.monotonic() > deadline
+                if late:
+                    log.warning("weight update not done within %.0f s on engines %s (hung); replacing them",
+                                self.deadlines.weight_sync_s, sorted(pending.values()))
+                hung = set(pending.values()) if late else set(self._hung(sorted(pending.values())))
+                for ref, i in list(pending.items()):
+                    if i in hung:
+                        pending.pop(ref)
+                        replace.append(i)
+            for i in replace:
+                self._misses[i] = 0
+                self._replace(i)  # pushes self.weights before the replacement serves
+                versions[i] = self.version
         return versions
 
     def stats(self, reset_peak: bool = False) -> list[dict]:

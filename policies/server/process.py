@@ -108,6 +108,14 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def stopped(self) -> bool:
+        """Stopped by a signal (state T in /proc: SIGSTOP, a debugger): alive but never answering."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+        except OSError:  # no /proc (not Linux) or the process just ended: alive() says which
+            return False
+
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         try:
             with open(self.log_path, "rb") as f:

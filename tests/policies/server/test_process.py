@@ -1,4 +1,5 @@
 """Engine backends, their server command lines, and the server's flags defaulting to EngineConfig."""
+import time
 import dataclasses
 import typing
 
@@ -31,3 +32,24 @@ def test_server_defaults_are_the_engine_defaults():
     assert shared == {"max_batch_size", "max_context_tokens", "torch_threads", "prefix_cache_tokens"}
     assert {name: getattr(server, name) for name in shared} == {name: getattr(engine, name) for name in shared}
     assert parse_args(["--model-path", "/model"])[0] == server
+
+
+def test_a_stopped_server_process_is_seen_as_stopped(tmp_path):
+    import os
+    import signal
+
+    from policies.server.process import ServerProcess
+
+    server = ServerProcess(["sleep", "30"], str(tmp_path / "log"))
+    try:
+        assert server.alive() and not server.stopped()
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not server.stopped() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.stopped() and server.alive()  # alive, yet it will never answer
+        os.kill(server.proc.pid, signal.SIGCONT)
+        assert not server.stopped()
+    finally:
+        server.kill(grace_s=1.0)
+    assert not server.alive()
