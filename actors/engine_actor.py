@@ -30,7 +30,8 @@ from configs.schema import EngineConfig
 from envs.outcomes import InfraError, InfraSource
 from policies.sample_types import FINISH_LENGTH, SampleOutput, SampleRequest
 from policies.server import protocol
-from policies.server.process import ENGINE_HOST, ServerProcess, free_port, server_command, weights_root
+from policies.server.process import (ENGINE_HOST, ServerProcess, drop_old_weights, free_port, server_command,
+                                     server_kv_usage, weights_root, write_weights)
 
 log = logging.getLogger(__name__)
 
@@ -250,11 +251,11 @@ class EngineActor:
         returns the version now served. In-flight requests continue (see module docstring)."""
         with self._update_lock:
             t0 = time.perf_counter()
-            path = self._write_weights(state_dict, version)
+            path = write_weights(self.workdir, self.model_path, state_dict, version)
             t_write = time.perf_counter() - t0
             self._apply(lambda: self.client.update_weights_from_disk(path, weight_version=str(version)), version)
             self._set_version(version, t0, t_write)
-            self._drop_old_weights(keep=path)
+            drop_old_weights(self.workdir, keep=path)
         return self._version
 
     def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
@@ -318,32 +319,6 @@ class EngineActor:
         total = time.perf_counter() - t0
         self.last_update = {"version": version, "total_s": total, "write_s": t_write, "load_s": total - t_write}
 
-    def _write_weights(self, state_dict: Optional[dict], version: int) -> str:
-        if state_dict is None:
-            return self.model_path
-        from safetensors.torch import save_file
-
-        final = os.path.join(self.workdir, f"weights-v{version}")
-        tmp = final + ".tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        for name in os.listdir(self.model_path):  # config, tokenizer, generation config
-            if not name.endswith((".safetensors", ".bin", ".pt", ".index.json")):
-                src = os.path.join(self.model_path, name)
-                if os.path.isfile(src):
-                    os.symlink(os.path.abspath(src), os.path.join(tmp, name))
-        save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()},
-                  os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        return final
-
-    def _drop_old_weights(self, keep: str) -> None:
-        for name in os.listdir(self.workdir):
-            path = os.path.join(self.workdir, name)
-            if name.startswith("weights-v") and path != keep:
-                shutil.rmtree(path, ignore_errors=True)
-
     # -- state ------------------------------------------------------------------------
     def version(self) -> int:
         return self._version
@@ -383,17 +358,6 @@ class EngineActor:
     def _busy_window_s(self, now: float) -> float:
         """Busy time in the stats window so far (the lock is held)."""
         return self._busy_s + (now - max(self._busy_since, self._window_start) if self._inflight else 0.0)
-
-
-def server_kv_usage(info) -> Optional[float]:
-    """KV-pool use from /get_server_info: our flat `token_usage`, else SGLang's internal_states[0]."""
-    if not isinstance(info, dict):
-        return None
-    if isinstance(info.get("token_usage"), (int, float)):
-        return float(info["token_usage"])
-    states = info.get("internal_states") or [{}]
-    usage = states[0].get("token_usage") if isinstance(states[0], dict) else None
-    return float(usage) if isinstance(usage, (int, float)) else None
 
 
 def _is_length_error(body: str) -> bool:

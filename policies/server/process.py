@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -138,3 +139,44 @@ class ServerProcess:
                 return
             except subprocess.TimeoutExpired:
                 continue
+
+
+def write_weights(workdir: str, model_path: str, state_dict: Optional[dict], version: int) -> str:
+    """A model directory for /update_weights_from_disk: `state_dict` as safetensors beside links to
+    model_path's config and tokenizer, renamed into place whole. None: model_path itself."""
+    if state_dict is None:
+        return model_path
+    from safetensors.torch import save_file  # the engine actor's process imports torch only here
+
+    final = os.path.join(workdir, f"weights-v{version}")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for name in os.listdir(model_path):  # config, tokenizer, generation config
+        if not name.endswith((".safetensors", ".bin", ".pt", ".index.json")):
+            src = os.path.join(model_path, name)
+            if os.path.isfile(src):
+                os.symlink(os.path.abspath(src), os.path.join(tmp, name))
+    save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()},
+              os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final
+
+
+def drop_old_weights(workdir: str, keep: str) -> None:
+    for name in os.listdir(workdir):
+        path = os.path.join(workdir, name)
+        if name.startswith("weights-v") and path != keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def server_kv_usage(info) -> Optional[float]:
+    """KV-pool use from /get_server_info: our flat `token_usage`, else SGLang's internal_states[0]."""
+    if not isinstance(info, dict):
+        return None
+    if isinstance(info.get("token_usage"), (int, float)):
+        return float(info["token_usage"])
+    states = info.get("internal_states") or [{}]
+    usage = states[0].get("token_usage") if isinstance(states[0], dict) else None
+    return float(usage) if isinstance(usage, (int, float)) else None
