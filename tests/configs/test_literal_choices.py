@@ -9,6 +9,9 @@ from configs import ConfigError, load_config
     ("trainer.loss_aggregation=sum", "token_mean, seq_mean"),
     ("engine.pause_mode=drop", "retract, in_place"),
     ("engine.sim.tokens_distribution=zipf", "uniform, pareto"),
+    ("sandbox.backend=k8s", "local, docker, e2b"),
+    ("sandbox.isolation=chroot", "auto, bwrap, none"),
+    ("sandbox.cgroup=maybe", "auto, required, off"),
 ])
 def test_a_literal_key_lists_its_allowed_values(override, allowed):
     key, value = override.split("=")
