@@ -271,9 +271,13 @@ def test_fork_bomb_is_contained_by_the_lease_cgroup(make_sandbox, isolation, tas
     box.start(task_by_id["textkit-001"])
     assert box.cgroup.read("pids.max") == "64"
     started = time.monotonic()
-    # The bomb forks in the background for 2 s, then the command's shell exits.
+    # The bomb forks in the background, then the command's own shell tries to go on. Whether
+    # that shell wins a fork against the bomb is a race (bash retries a refused fork with
+    # backoff), so the contract is: the command ends by its timeout at the latest, and is
+    # reported either way.
     result = box.exec(":(){ :|:& };:; sleep 2; echo SURVIVED", timeout_s=10)
-    assert time.monotonic() - started < 20 and "SURVIVED" in result.output
+    assert time.monotonic() - started < 20
+    assert result.timed_out or "SURVIVED" in result.output
     # The limit was hit (forks were refused) and nothing of the bomb survives the command.
     assert int(box.cgroup.read("pids.events").split()[-1]) > 0
     assert box.cgroup.pids() == []
