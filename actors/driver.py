@@ -23,7 +23,7 @@ from actors.report.plots import write_plots
 from actors.restart import CheckpointCadence, resume_run, save_run_checkpoint
 from actors.supervisor import RoleFailure, Supervisor, call, guard
 from actors.report.run_dir import RunDir
-from actors.report.step_report import status_line, step_metrics, update_metrics
+from actors.report.step_report import status_line, step_metrics, uniform_groups_hint, update_metrics
 from actors.trajectory import Batch
 from configs import Config
 from policies.checkpoint import latest_checkpoint
@@ -34,6 +34,7 @@ from policies.trainer import minibatch_totals
 def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batch:
     next_status = time.monotonic() + cfg.run.status_interval_s
     collector_s = cfg.deadlines.collector_call_s
+    hinted = False
     while True:
         batch = call(fleet.collector.next_batch.remote(cfg.rollout.temperature), "collector", collector_s)
         if batch is not None:
@@ -46,6 +47,10 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
             if acc["tasks_exhausted"]:
                 raise RuntimeError(f"every task is quarantined, nothing left to train on: {acc['quarantined_tasks']}")
             exporter.export(acc)  # live counters while the trainer waits
+            hint = None if hinted else uniform_groups_hint(acc, cfg.rollout)
+            if hint:
+                print(f"[swerve] warning: {hint}", flush=True)
+                hinted = True
             print(f"[swerve] waiting for batch: in_flight={acc['in_flight']} buffered={acc['buffered']} "
                   f"admitted={acc['admitted']}", flush=True)
             next_status += cfg.run.status_interval_s
@@ -140,6 +145,9 @@ def train(cfg: Config) -> Path:
                     with guard():
                         cost_s = save_run_checkpoint(fleet, run_dir.checkpoints, step, cfg.deadlines.checkpoint_s)
                     cadence.saved(time.perf_counter(), cost_s)
+                    print(f"[swerve] checkpoint at step {step} saved in {cost_s:.2f}s "
+                          f"({cadence.checkpoint_overhead_fraction(time.perf_counter()):.1%} of wall time so far)",
+                          flush=True)
                     write_plots(run_dir.rows(), run_dir.path)
             with guard():
                 # The trained policy as an HF directory: what `swerve eval` and the engines load.

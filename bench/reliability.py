@@ -88,7 +88,8 @@ def fault_run(cfg: Config, work: Path, steps: int, rates: dict = FAULT_RATES, ov
 
 # Short deadlines, so a hang is found in seconds (the defaults are sized for real models).
 ROLE_OVERRIDES = ("trainer.checkpoint_interval=1", "deadlines.train_step_s=20", "deadlines.engine_health_s=3",
-                  "engine.health_interval_s=1")
+                  "engine.health_interval_s=1", "sandbox.command_timeout_s=5", "env.swe.grade_timeout_s=10",
+                  "deadlines.sandbox_margin_s=5")
 
 
 def roles_run(cfg: Config, work: Path, steps: int) -> dict:
@@ -96,7 +97,7 @@ def roles_run(cfg: Config, work: Path, steps: int) -> dict:
     run each: the run must finish every step by itself; reports each one's heal time."""
     from actors.driver import train
     from actors.launch import init_ray
-    from bench.role_faults import ROLE_FAULTS, AfterFirstStep, hit
+    from bench.role_faults import ROLE_FAULTS, AfterStep, hit
 
     faults, heal_s, lost, twice = {}, {}, 0, 0
     for role, target, sig in ROLE_FAULTS:
@@ -104,7 +105,7 @@ def roles_run(cfg: Config, work: Path, steps: int) -> dict:
         run_cfg = _config(cfg, work, [f"run.dir={work}", f"run.name={name}", f"trainer.total_steps={max(steps, 3)}",
                                       *ROLE_OVERRIDES])
         init_ray(run_cfg)
-        act = AfterFirstStep(work / name, lambda: hit(f"swerve-{name}", role, target, sig))
+        act = AfterStep(work / name, lambda: hit(f"swerve-{name}", role, target, sig))
         run = train(run_cfg)
         acc = json.loads((run / "accounting.json").read_text())
         rows = (run / "metrics.jsonl").read_text().splitlines()

@@ -1,9 +1,12 @@
 """One step's metrics row (the DESIGN.md names) and the one-line status the driver prints."""
 from __future__ import annotations
 
+from typing import Optional
+
 from actors.engine_set import EngineSet
 from actors.sample_collector import COUNTERS as ACCOUNTING
 from actors.trajectory import Batch
+from configs.schema import RolloutConfig
 
 
 def step_metrics(step: int, version: int, step_time_s: float, batch: Batch, update: dict, accounting: dict,
@@ -72,3 +75,20 @@ def status_line(m: dict, total_steps: int) -> str:
             f"update={m['time_actor_update_s']:.1f}s sync={m['time_weight_sync_s']:.2f}s "
             f"traj/h={_fmt(m['rollout_traj_per_hour'], '.0f')} admitted={m['admitted']} trained={m['trained']} "
             f"infra={m['infra_excluded']}")
+
+
+# Groups dropped by dynamic sampling before the first batch after which the run says it is stuck.
+UNIFORM_GROUPS_BEFORE_HINT = 4
+
+
+def uniform_groups_hint(acc: dict, rollout: RolloutConfig) -> Optional[str]:
+    """Why no batch forms, when dynamic sampling drops every group: a policy that solves no task
+    (or every task) gives each group one reward, and such groups are never trained."""
+    dropped_groups = acc["filtered_uniform"] // rollout.group_size
+    if not rollout.drop_uniform_groups or acc["trained"] or \
+            dropped_groups < UNIFORM_GROUPS_BEFORE_HINT * rollout.groups_per_batch:
+        return None
+    return (f"every one of the {dropped_groups} groups finished so far gave all its members the same reward, "
+            "and rollout.drop_uniform_groups=true drops such groups, so no batch can form. Start from a policy "
+            "that solves some of these tasks (model.path=DIR, e.g. runs/NAME/sft/policy from `swerve pipeline`), "
+            "or set rollout.drop_uniform_groups=false.")

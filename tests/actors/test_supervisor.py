@@ -2,6 +2,7 @@
 on local Ray are survived with no human action (no --resume): every step is trained, the books
 balance, nothing is trained twice. Unit tests of the bounds need no Ray."""
 import json
+import logging
 import os
 import signal
 import time
@@ -11,9 +12,10 @@ import pytest
 from actors.driver import train
 from actors.sample_collector import COUNTERS
 from actors.supervisor import RoleFailure, RunAborted, Supervisor, role_kind
-from bench.role_faults import AfterFirstStep, hit
+from bench.role_faults import AfterStep, hit
 from configs import load_config
 from configs.schema import RunConfig
+from policies.checkpoint import step_dir_name
 
 IDENTITY = COUNTERS[1:]
 
@@ -61,7 +63,7 @@ def test_a_killed_role_is_replaced_and_the_run_finishes(ray_session, swerve_cach
     cfg = small(tmp_path, swerve_cache, f"kill-{role}")
     ns = f"swerve-{cfg.run.name}"
     killed = []
-    AfterFirstStep(tmp_path / cfg.run.name, lambda: killed.append(hit(ns, role, "actor", signal.SIGKILL)))
+    AfterStep(tmp_path / cfg.run.name, lambda: killed.append(hit(ns, role, "actor", signal.SIGKILL)))
     acc = finished_whole(train(cfg))
     kind = role_kind(role)
     assert killed and acc["restarts"][kind] >= 1
@@ -76,7 +78,7 @@ def test_a_hung_trainer_shard_is_found_by_its_deadline(ray_session, swerve_cache
     # No checkpoint after step 1: the stopped shard is met in step 2's update, and the run starts over.
     cfg = small(tmp_path, swerve_cache, "hang-trainer", "deadlines.train_step_s=20", "trainer.checkpoint_interval=2")
     ns = f"swerve-{cfg.run.name}"
-    AfterFirstStep(tmp_path / cfg.run.name, lambda: hit(ns, "trainer-0", "actor", signal.SIGSTOP))
+    AfterStep(tmp_path / cfg.run.name, lambda: hit(ns, "trainer-0", "actor", signal.SIGSTOP))
     acc = finished_whole(train(cfg))
     assert acc["restarts"]["trainer"] == 1
 
@@ -86,10 +88,57 @@ def test_a_hung_engine_server_is_replaced_and_the_run_goes_on(ray_session, swerv
     cfg = small(tmp_path, swerve_cache, "hang-engine", "deadlines.engine_health_s=3", "engine.health_interval_s=1")
     ns = f"swerve-{cfg.run.name}"
     stopped = []
-    AfterFirstStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "engine-0", "server", signal.SIGSTOP)))
+    AfterStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "engine-0", "server", signal.SIGSTOP)))
     acc = finished_whole(train(cfg))
     assert stopped and acc["restarts"]["engine"] >= 1 and acc["restarts"]["trainer"] == 0
     with pytest.raises(ProcessLookupError):  # the stopped server ended with its engine
         for _ in range(100):
             os.kill(stopped[0], 0)
             time.sleep(0.1)
+
+
+SANDBOX_DEADLINES = ("sandbox.command_timeout_s=5", "env.swe.grade_timeout_s=10", "deadlines.sandbox_margin_s=5")
+
+
+@pytest.mark.slow
+def test_killed_or_hung_sandboxes_cost_their_episodes_not_the_run(ray_session, swerve_cache, tmp_path):
+    """In one run: a sandbox actor killed, one that stops answering (found when a call outlives
+    its time limit plus deadlines.sandbox_margin_s) and one whose command is stopped. The first
+    two fail their episodes as infra_error(sandbox), which are re-run; the stopped command is
+    ended by its own timeout, like any command that hangs."""
+    cfg = small(tmp_path, swerve_cache, "sandboxes", *SANDBOX_DEADLINES)
+    ns = f"swerve-{cfg.run.name}"
+    faults = (("sandbox-0", "actor", signal.SIGKILL), ("sandbox-1", "actor", signal.SIGSTOP),
+              ("sandbox-2", "command", signal.SIGSTOP))
+    hit_pids = []
+    AfterStep(tmp_path / cfg.run.name, lambda: hit_pids.extend(hit(ns, *fault) for fault in faults))
+    acc = finished_whole(train(cfg))
+    assert len(hit_pids) == 3 and acc["restarts"]["collector"] == acc["restarts"]["trainer"] == 0
+    assert acc["infra_excluded"] >= 2  # the episodes the two actors held were not scored, and were re-run
+    for pid in hit_pids:  # nothing that was hit is left behind
+        with pytest.raises(ProcessLookupError):
+            for _ in range(100):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_corrupt_newest_checkpoint_is_skipped_when_the_run_heals(ray_session, swerve_cache, tmp_path, caplog):
+    """Step 2's checkpoint is damaged, then a trainer shard is killed: the run rolls back to step
+    1's checkpoint (warning about step 2's) and still trains every step once."""
+    cfg = small(tmp_path, swerve_cache, "corrupt-ckpt", "trainer.total_steps=4")
+    run = tmp_path / cfg.run.name
+    step2 = run / "checkpoints" / step_dir_name(2)
+
+    def corrupt_then_kill():
+        model = next(p for p in sorted(step2.iterdir()) if p.suffix in (".pt", ".safetensors"))
+        with open(model, "r+b") as f:
+            f.seek(model.stat().st_size // 2)
+            f.write(b"\x00" * 64)
+        hit(f"swerve-{cfg.run.name}", "trainer-0", "actor", signal.SIGKILL)
+
+    act = AfterStep(run, corrupt_then_kill, step=2, ready=lambda: (step2 / "meta.json").exists())
+    with caplog.at_level(logging.WARNING):
+        acc = finished_whole(train(cfg), steps=4)
+    assert act.acted_at is not None and acc["restarts"]["trainer"] == 1
+    assert any(step_dir_name(2) in r.getMessage() and "not usable" in r.getMessage() for r in caplog.records)
