@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from actors import tasks_cli
@@ -70,6 +71,14 @@ def _status(args: argparse.Namespace) -> int:
     return main_status(load_config(args.config, args.overrides), args.address, args.json)
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from actors.placement_plan import build_plan, format_plan
+
+    plan = build_plan(load_config(args.config, args.overrides), args.mode)
+    print(json.dumps(plan, indent=1) if args.json else format_plan(plan))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from bench.registry import run_benchmark
 
@@ -106,6 +115,10 @@ def parser() -> argparse.ArgumentParser:
     serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API)"))
     serve.add_argument("--port", type=int, default=30000, help="port on 127.0.0.1 (0 picks a free one)")
     serve.set_defaults(func=_serve)
+    plan = with_config(sub.add_parser("plan", help="what a run would start where: roles, nodes, GPUs, limits"))
+    plan.add_argument("--mode", choices=("train", "eval"), default="train")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON (for scripts)")
+    plan.set_defaults(func=_plan)
     from bench.registry import BENCHMARKS
 
     bench = sub.add_parser("bench", help="run one benchmark; writes bench/results/NAME.json")

@@ -31,7 +31,7 @@ from envs.outcomes import InfraError, InfraSource
 from policies.sample_types import FINISH_LENGTH, SampleOutput, SampleRequest
 from policies.server import protocol
 from policies.server.process import (ENGINE_HOST, ServerProcess, drop_old_weights, free_port, server_command,
-                                     server_kv_usage, weights_root, write_weights)
+                                     server_env, server_kv_usage, weights_root, write_weights)
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class EngineActor:
         self.port = free_port()
         self.client = EngineClient(f"http://{ENGINE_HOST}:{self.port}", cfg.request_timeout_s)
         self.server = ServerProcess(server_command(cfg, model_path, self.port), os.path.join(self.workdir, "server.log"),
-                                    env={**os.environ, "OMP_NUM_THREADS": str(cfg.torch_threads)})
+                                    env=server_env(cfg, dict(os.environ)))
         atexit.register(self.close)
         try:
             self._wait_healthy()

@@ -4,10 +4,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from actors.placement import Placement
 from actors.remote import create_engine
 from configs.schema import DeadlinesConfig, EngineConfig
 
@@ -22,7 +24,7 @@ class EngineSet:
     cfg: EngineConfig
     model_path: str
     namespace: str
-    resource: str = ""  # ray.engine_resource
+    placement: Optional[Placement] = None  # the run's GPUs and role resources; None: anywhere
     deadlines: DeadlinesConfig = field(default_factory=DeadlinesConfig)
     handles: list = field(default_factory=list)
     version: int = 0
@@ -32,9 +34,13 @@ class EngineSet:
     _misses: dict = field(default_factory=dict)  # engine index -> health probes missed in a row
 
     def start(self) -> "EngineSet":
-        self.handles = [create_engine(self.cfg, i, self.model_path, self.namespace, resource=self.resource)
+        self.handles = [create_engine(self.cfg, i, self.model_path, self.namespace, options=self._options(i))
                         for i in range(self.cfg.num_engines)]
         return self
+
+    def _options(self, index: int) -> dict:
+        # A replacement takes its predecessor's bundle: the same GPUs, freed by its death.
+        return self.placement.options("engine", index) if self.placement else {}
 
     def _replace(self, index: int) -> None:
         ray.kill(self.handles[index])  # dead or hung: ends it and frees its name sooner
@@ -42,7 +48,7 @@ class EngineSet:
         while True:  # the dead actor's name is released asynchronously
             try:
                 handle = create_engine(self.cfg, index, self.model_path, self.namespace,
-                                       wait_for_weights=self.weights is not None, resource=self.resource)
+                                       wait_for_weights=self.weights is not None, options=self._options(index))
                 break
             except ValueError:
                 if time.monotonic() > deadline:

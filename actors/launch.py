@@ -13,8 +13,9 @@ from policies.checkpoint import PAUSE_ENV
 from actors.engine_router import EngineRouter
 from actors.faults import FaultPlan
 from actors.engine_set import EngineSet
-from actors.remote import (NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call,
-                           placement, remote_trainer)
+from actors.placement import Placement
+from actors.placement_plan import build_plan
+from actors.remote import NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call, remote_trainer
 from configs import Config
 from configs.schema import RolloutConfig
 from envs.outcomes import InfraSource
@@ -74,9 +75,16 @@ class Fleet:
         return [*self.episodes, self.collector, *self.engines, *self.trainers]
 
 
-def _opts(namespace_: str, name: str, resource: str = "") -> dict:
-    # The CPU spine schedules by memory, not cores: actors sleep most of the time.
-    return {"name": name, "namespace": namespace_, "num_cpus": 0, **placement(resource)}
+def _opts(namespace_: str, name: str, where: Optional[dict] = None) -> dict:
+    # The CPU spine schedules by memory, not cores: actors sleep most of the time. `where`:
+    # GPUs and role resource from the placement (actors/placement.py).
+    return {"name": name, "namespace": namespace_, "num_cpus": 0, **(where or {})}
+
+
+def _engines(cfg: Config, model_path: str, ns: str, mode: str) -> EngineSet:
+    """Reserve the run's placement (its GPUs, before any actor starts) and start the engines on it."""
+    placement = Placement.reserve(build_plan(cfg, mode), cfg.deadlines.placement_s)
+    return EngineSet(cfg.engine, model_path, ns, placement, deadlines=cfg.deadlines).start()
 
 
 def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True) -> Fleet:
@@ -84,9 +92,10 @@ def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True
     so a resumed run can restore the collector before any work is handed out. Without trainers:
     the rollout side alone (`swerve bench scale`)."""
     ns = namespace(cfg)
-    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource, deadlines=cfg.deadlines).start()
+    engine_set = _engines(cfg, model_path, ns, "train")
     world = cfg.trainer.num_shards if with_trainers else 0
-    trainers = [remote_trainer().options(**_opts(ns, f"trainer-{r}", cfg.ray.trainer_resource)).remote(
+    where = engine_set.placement
+    trainers = [remote_trainer().options(**_opts(ns, f"trainer-{r}", where.options("trainer", r))).remote(
         r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)]
     layout = []
     if trainers:
@@ -104,7 +113,7 @@ def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True
 
 def launch_eval(cfg: Config, model_path: str, ns: str, queue, rollout: RolloutConfig) -> Fleet:
     """The evaluation's fleet: engines and the eval queue as the work source; no trainers."""
-    engine_set = EngineSet(cfg.engine, model_path, ns, cfg.ray.engine_resource, deadlines=cfg.deadlines).start()
+    engine_set = _engines(cfg, model_path, ns, "eval")
     return Fleet(engine_set, [], queue, [], [], namespace=ns, rollout=rollout, episode_prefix="eval-episode",
                  seed=cfg.eval.seed)
 
@@ -186,3 +195,5 @@ def shutdown(fleet: Fleet, grace_s: float) -> list:
 def kill(fleet: Fleet) -> None:
     for actor in fleet.all_actors():
         ray.kill(actor)
+    if fleet.engine_set.placement:
+        fleet.engine_set.placement.release()  # the GPUs go back; a rebuilt fleet reserves them anew

@@ -1,12 +1,18 @@
-"""What a run would create, from its config alone: every actor (role, name, count, resources)
-and the placement groups for engines and trainer shards. Starts nothing (no Ray needed).
+"""What a run creates, from its config alone: every actor (role, name, count, resources), the
+placement groups for engines and trainer shards, where each GPU role lands, and the timeouts
+and caps in force. Starts nothing (no Ray needed); actors/placement.py makes it real in Ray
+and actors/launch.py builds the fleet from it, so the plan is what runs.
 
 A run is a GPU run when engine.backend is "sglang": each engine then needs engine.tp_size GPUs
-and each trainer shard one GPU. `resources` mirrors the options actors/launch.py and
-actors/remote.py pass (num_cpus 0: the CPU spine schedules by memory; a sliver of the role's
-custom resource from ray.*_resource); `num_gpus` is what the role needs on the node.
+(one placement group, its GPUs on one node) and each trainer shard one GPU (one placement group
+for all shards, packed: ranks in order fill a node before the next). `resources` mirrors the
+options the actors get (num_cpus 0: the CPU spine schedules by memory; a sliver of the role's
+custom resource from ray.*_resource). `roles` says, per actor, the node and GPUs it would get on
+nodes of ray.gpus_per_node GPUs each; at launch Ray's placement decides the node.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from configs import Config
 
@@ -57,6 +63,7 @@ def build_plan(cfg: Config, mode: str = "train") -> dict:
     actors.append(_actor("sandbox", [f"sandbox-{i}" for i in range(n_ep)], 0, cfg.ray.sandbox_resource,
                          backend=cfg.sandbox.backend, vcpus=cfg.sandbox.vcpus, memory_mb=cfg.sandbox.memory_mb))
     custom_totals: dict[str, float] = {}
+    roles = _assign(cfg, actors)
     for a in actors:
         for name, amount in a["resources"]["custom"].items():
             custom_totals[name] = round(custom_totals.get(name, 0.0) + amount * a["count"], 6)
@@ -65,6 +72,7 @@ def build_plan(cfg: Config, mode: str = "train") -> dict:
         "run": cfg.run.name,
         "gpu_run": gpu_run,
         "actors": actors,
+        "roles": roles,
         "placement_groups": groups,
         "totals": {
             "actors": sum(a["count"] for a in actors),
@@ -74,11 +82,86 @@ def build_plan(cfg: Config, mode: str = "train") -> dict:
             "sandbox_vcpus": cfg.sandbox.vcpus * n_ep,
             "sandbox_memory_mb": cfg.sandbox.memory_mb * n_ep,
         },
-        "notes": ["actors/launch.py places engines and trainer shards by custom resource only; "
-                  "the GPU counts and placement groups here are what they need on a GPU cluster"],
+        "limits": _limits(cfg, mode),
+    }
+
+
+def _pool(resource: str, gpu: bool) -> str:
+    """Name of the kind of node a role runs on: its custom resource's, else any GPU node."""
+    return f"{resource}-node" if resource else ("gpu-node" if gpu else "any-node")
+
+
+def _assign(cfg: Config, actors: list[dict]) -> list[dict]:
+    """One row per actor: the node (kind and index) and the GPU indices on it. GPU roles fill
+    nodes of ray.gpus_per_node GPUs in order, engines first; roles whose resource names the
+    same kind of node share those nodes."""
+    per_node = cfg.ray.gpus_per_node
+    free: dict[str, list[int]] = {}  # pool -> GPUs left on each of its nodes so far
+    rows = []
+    for actor in actors:
+        need = int(actor["resources"]["num_gpus"])
+        pool = _pool(next(iter(actor["resources"]["custom"]), ""), bool(need))
+        if actor["role"] == "collector":
+            pool = "driver-node"  # pinned to the driver's node (actors/launch.py)
+        for name in actor["names"]:
+            if not need:
+                rows.append({"role": actor["role"], "name": name, "node": pool, "gpus": []})
+                continue
+            if need > per_node:
+                raise ValueError(f"{name} needs {need} GPUs on one node, but ray.gpus_per_node is {per_node}: "
+                                 "lower engine.tp_size or raise ray.gpus_per_node")
+            nodes = free.setdefault(pool, [])
+            index = next((i for i, left in enumerate(nodes) if left >= need), None)
+            if index is None:
+                nodes.append(per_node)
+                index = len(nodes) - 1
+            first = per_node - nodes[index]
+            nodes[index] -= need
+            rows.append({"role": actor["role"], "name": name, "node": f"{pool}-{index}",
+                         "gpus": list(range(first, first + need))})
+    return rows
+
+
+def _limits(cfg: Config, mode: str) -> dict:
+    """The per-role timeouts and caps a run holds its roles to (so an operator sees them first)."""
+    rollout = cfg.eval if mode == "eval" else cfg.rollout
+    return {
+        "deadlines": dataclasses.asdict(cfg.deadlines),
+        "sandbox": {"command_timeout_s": cfg.sandbox.command_timeout_s, "grade_timeout_s": cfg.env.swe.grade_timeout_s,
+                    "memory_mb": cfg.sandbox.memory_mb, "vcpus": cfg.sandbox.vcpus},
+        "engine": {"max_context_tokens": cfg.engine.max_context_tokens, "max_batch_size": cfg.engine.max_batch_size,
+                   "request_timeout_s": cfg.engine.request_timeout_s},
+        "rollout": {k: getattr(cfg.rollout, k) for k in ("max_turns", "max_tokens_per_turn", "max_total_tokens",
+                                                         "max_episode_seconds", "max_staleness")},
+        "restarts": {"max_restarts": cfg.run.max_restarts, "max_restarts_total": cfg.run.max_restarts_total},
+        "temperature": rollout.temperature,
     }
 
 
 def role(plan: dict, name: str) -> dict:
     """The plan's entry for one role."""
     return next(a for a in plan["actors"] if a["role"] == name)
+
+
+def format_plan(plan: dict) -> str:
+    """The plan as an operator reads it before launch: each GPU role's node and GPUs, the CPU
+    roles by kind, the totals and the limits in force."""
+    lines = [f"placement of run {plan['run']} ({plan['mode']}, {'GPU' if plan['gpu_run'] else 'CPU'} run)", ""]
+    gpu_rows = [r for r in plan["roles"] if r["gpus"]]
+    for row in gpu_rows:
+        lines.append(f"  {row['name']:<14} {row['node']:<18} GPUs {','.join(map(str, row['gpus']))}")
+    counts: dict[tuple[str, str], int] = {}
+    for row in plan["roles"]:
+        if not row["gpus"]:
+            counts[(row["role"], row["node"])] = counts.get((row["role"], row["node"]), 0) + 1
+    for (kind, node), n in counts.items():
+        lines.append(f"  {n:>4} x {kind:<9} {node:<18} no GPU")
+    totals = plan["totals"]
+    lines += ["", f"totals: {totals['actors']} actors, {totals['num_gpus']:g} GPUs, custom resources {totals['custom']}, "
+                  f"sandboxes {totals['sandbox_vcpus']} vCPU / {totals['sandbox_memory_mb']} MB",
+              f"placement groups: {', '.join(g['name'] + ' ' + g['strategy'] for g in plan['placement_groups']) or 'none'}",
+              "", "limits in force:"]
+    for section, values in plan["limits"].items():
+        shown = values if not isinstance(values, dict) else ", ".join(f"{k}={v}" for k, v in values.items())
+        lines.append(f"  {section}: {shown}")
+    return "\n".join(lines)

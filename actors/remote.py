@@ -72,15 +72,16 @@ def placement(resource: str) -> dict:
 
 
 def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str, wait_for_weights: bool = False,
-                  resource: str = ""):
+                  options: Optional[dict] = None):
     """A named engine actor (`engine-<index>` in the run's namespace); a replacement reuses the name.
+    `options`: where it runs (actors/placement.py: its GPUs, or its role resource).
 
     The actor ends itself when its server dies, so a dead server looks like a dead actor to
     everyone (routers fail its requests as infra_error(engine), the driver replaces it).
     """
     return REMOTE_ENGINES[cfg.backend].options(
         name=engine_name(index), namespace=namespace, num_cpus=0, max_restarts=0,
-        max_concurrency=cfg.max_concurrency, **placement(resource),
+        max_concurrency=cfg.max_concurrency, **(options or {}),
     ).remote(index, cfg, model_path, wait_for_weights, True)
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from configs.schema import TrainerConfig
+from policies.device import role_device
 from policies.hf_dir import write_hf_dir
 from policies.sample_types import TrainSample
 from policies.server.process import free_port
@@ -61,7 +62,8 @@ class TrainerShard:
         if master_addr.startswith("127."):
             os.environ["GLOO_SOCKET_IFNAME"] = "lo"
         if not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            # NCCL binds each rank to its current device: the shard's own GPU, set first.
+            backend = "nccl" if role_device().type == "cuda" else "gloo"
             dist.init_process_group(backend, rank=self.rank, world_size=self.world_size)
         self._build()
 

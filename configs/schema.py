@@ -405,6 +405,9 @@ class RayConfig:
     sandbox_resource: str = ""
     engine_resource: str = ""
     trainer_resource: str = ""
+    # GPUs of one GPU node as the placement plan assumes before launch (`swerve plan`); at launch
+    # Ray's placement groups decide the nodes, on whatever GPUs the cluster's nodes declare.
+    gpus_per_node: int = 8
 
 
 @dataclass
@@ -468,6 +471,9 @@ class DeadlinesConfig:
     checkpoint_s: float = 1800.0
     # Room above a sandbox call's own time limit before its actor counts as hung.
     sandbox_margin_s: float = 30.0
+    # The GPU placement groups of a run must be ready within this (actors/placement.py): GPUs
+    # the cluster declares but others hold are reported, not waited on forever.
+    placement_s: float = 600.0
 
 
 @dataclass

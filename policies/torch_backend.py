@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from configs.schema import TrainerConfig
+from policies.device import role_device
 from policies.logprobs import sequence_logprobs
 from policies.model import load_model
 
@@ -31,8 +32,7 @@ class TorchBackend:
     def __init__(self, cfg: TrainerConfig, model_path: str, rank: int, world_size: int):
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.model = load_model(model_path, dtype=_DTYPES[cfg.params_dtype])
-        if torch.cuda.is_available():
-            self.model.to(torch.device("cuda", torch.cuda.current_device()))
+        self.model.to(role_device())
         self.model.train()
         self._group = dist.group.WORLD if world_size > 1 else None
 

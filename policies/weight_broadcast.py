@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from configs.schema import TrainerConfig
+from policies.device import role_device
 
 DEFAULT_GROUP = "weight_update_group"
 
@@ -39,7 +40,7 @@ def init_weight_update_group(master_address: str, master_port: int, world_size: 
     store = dist.PrefixStore(group_name, store)
     options: dict[str, Any] = {"timeout": timeout}
     if backend == "nccl":
-        options["device_id"] = torch.device("cuda", torch.cuda.current_device())
+        options["device_id"] = role_device()
     group, _ = c10d._new_process_group_helper(world_size, rank, [], backend, store,
                                                group_name=group_name, **options)
     c10d._world.pg_group_ranks[group] = {i: i for i in range(world_size)}
@@ -74,7 +75,7 @@ def broadcast_weights_nccl(named: Iterable[tuple[str, torch.Tensor]], group: dis
     wait(handle) blocks until they loaded it (default: nothing to wait for). Tensors are moved
     to `device` (default: the current CUDA device) and cast to `dtype` when given."""
     if device is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+        device = role_device()
     started = time.perf_counter()
     sent_bytes, calls = 0, 0
     for bucket in buckets(named, bucket_bytes):

@@ -24,6 +24,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from policies.device import role_device
 from policies.megatron import cpu_shim
 from policies.megatron.convert import (
     REPLICATED, Layout, expert_index, from_hf, is_expert, merge_shards, shard, split_rule, to_hf,
@@ -77,7 +78,7 @@ class MegatronBackend:
 
             # GPU: the training RNG tracker needs its model-parallel CUDA states.
             tensor_parallel.model_parallel_cuda_manual_seed(1234 + torch.initial_seed() % 1000)
-            self.device = torch.device("cuda", torch.cuda.current_device())
+            self.device = role_device()
             self.model.to(self.device)
         self.model.train()
         self.load_hf_state_dict(read_hf_weights(model_path))

@@ -69,6 +69,20 @@ def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
     return SERVER_COMMANDS[cfg.backend](cfg, model_path, port) + list(cfg.server_args)
 
 
+def server_env(cfg: EngineConfig, environ: dict) -> dict:
+    """The server's environment: the engine's own, whose CUDA_VISIBLE_DEVICES Ray set to the
+    engine's GPUs (actors/placement.py), so SGLang's tensor-parallel ranks take exactly those.
+    An sglang server that would see another number of GPUs than engine.tp_size is refused: it
+    would either fail later or (no view at all) take GPU 0 of the node, as every other did."""
+    if cfg.backend == "sglang":
+        visible = [g for g in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+        if len(visible) != cfg.tp_size:
+            raise RuntimeError(f"an sglang engine with engine.tp_size={cfg.tp_size} sees GPUs {visible or 'none'} "
+                               "(CUDA_VISIBLE_DEVICES): start it through actors/launch.py, whose placement gives each "
+                               "engine its own tp_size GPUs")
+    return {**environ, "OMP_NUM_THREADS": str(cfg.torch_threads)}
+
+
 def _die_with_parent() -> None:
     """preexec_fn: the server gets SIGKILL when the thread that started it exits (the actor dies)."""
     try:

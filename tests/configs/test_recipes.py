@@ -1,4 +1,5 @@
 """Every shipped config loads and yields a placement plan; the reference recipe has its settings."""
+import json
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,36 @@ def test_reference_eval_recipe():
 def test_default_plan_needs_no_gpu():
     plan = build_plan(load_config("configs/default.yaml"))
     assert plan["totals"]["num_gpus"] == 0 and plan["placement_groups"] == []
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_swerve_plan_prints_every_role_and_no_gpu_twice(path, capsys):
+    from actors.cli import main
+
+    for mode in ("train", "eval"):
+        assert main(["plan", "--config", str(path), "--mode", mode, "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        rows = plan["roles"]
+        assert len(rows) == plan["totals"]["actors"] and {"role", "name", "node", "gpus"} <= set(rows[0])
+        taken = [(r["node"], g) for r in rows for g in r["gpus"]]
+        assert len(taken) == len(set(taken)) == plan["totals"]["num_gpus"]
+        assert plan["limits"]["deadlines"]["sandbox_margin_s"] > 0
+        assert main(["plan", "--config", str(path), "--mode", mode]) == 0
+        table = capsys.readouterr().out
+        assert all(r["name"] in table for r in rows if r["gpus"]) and "limits in force" in table
+
+
+def test_reference_plan_puts_8_engines_and_8_trainer_ranks_on_distinct_gpus():
+    plan = build_plan(load_config("configs/qwen3_30b_a3b_swe.yaml"))
+    for kind in ("engine", "trainer"):
+        rows = [r for r in plan["roles"] if r["role"] == kind]
+        assert len(rows) == 8 and len({(r["node"], g) for r in rows for g in r["gpus"]}) == 8
+        assert all(len(r["gpus"]) == 1 for r in rows)
+    trainer_nodes = [r["node"] for r in plan["roles"] if r["role"] == "trainer"]
+    assert trainer_nodes == sorted(trainer_nodes)  # ranks packed per node, in rank order
+
+
+def test_plan_refuses_an_engine_wider_than_a_node():
+    cfg = load_config("configs/qwen3_30b_a3b_swe.yaml", ["engine.tp_size=16"])
+    with pytest.raises(ValueError, match="ray.gpus_per_node"):
+        build_plan(cfg)
