@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 from actors.report.run_dir import write_json
-from actors.report.significance import paired_delta, stage_interval
+from actors.report.significance import paired_delta, per_task_pass_at_1, stage_interval
 from configs import Config
 
 STAGES = ("base", "sft", "rl")
@@ -282,15 +282,20 @@ def _summarize(cfg: Config, root: Path, reports: dict[str, dict]) -> dict:
     last = list(reports)[-1]
     shutil.copy(root / last / "predictions.jsonl", root / "predictions.jsonl")
     seed = cfg.eval.seed
-    intervals = {stage: stage_interval(report, seed=seed) for stage, report in reports.items()}
+    # A stage none of whose tasks was scored (every attempt an infra error) has no interval and
+    # no delta: the summary says so instead of the pipeline failing after all its work.
+    scored = {stage for stage, report in reports.items() if per_task_pass_at_1(report)}
+    intervals = {stage: stage_interval(report, seed=seed) if stage in scored else None
+                 for stage, report in reports.items()}
     stages = list(reports)
     # Each stage against the one before it, paired task by task (actors/report/significance.py).
     deltas = {f"{after}_minus_{before}": paired_delta(reports[before], reports[after], seed=seed)
+              if set(per_task_pass_at_1(reports[before])) & set(per_task_pass_at_1(reports[after])) else None
               for before, after in zip(stages, stages[1:])}
     summary = {
         **{f"{stage}_pass_at_1": report["pass@1"] for stage, report in reports.items()},
         **deltas,
-        "pass_at_1_ci95": {stage: [i["ci95_low"], i["ci95_high"]] for stage, i in intervals.items()},
+        "pass_at_1_ci95": {stage: [i["ci95_low"], i["ci95_high"]] if i else None for stage, i in intervals.items()},
         "pass_at_k": {stage: report["pass@k"] for stage, report in reports.items()},
         "attempts_per_task": cfg.eval.attempts,
         "eval_tasks": reports[last]["num_tasks"],
@@ -313,11 +318,15 @@ def summary_table(summary: dict) -> str:
     k = summary["attempts_per_task"]
     lines = [f"stage | pass@1 [95% CI]         | pass@{k}  | {summary['eval_tasks']} tasks x {k} attempts"]
     for stage in summary["stages"]:
-        low, high = summary["pass_at_1_ci95"][stage]
-        lines.append(f"{stage:5} | {_pct(summary[f'{stage}_pass_at_1'])} [{_pct(low)}, {_pct(high)}] "
+        interval = summary["pass_at_1_ci95"][stage]
+        shown = f"[{_pct(interval[0])}, {_pct(interval[1])}]" if interval else "(no task scored)"
+        lines.append(f"{stage:5} | {_pct(summary[f'{stage}_pass_at_1'])} {shown} "
                      f"| {_pct(summary['pass_at_k'][stage][str(k)])}")
     for before, after in zip(summary["stages"], summary["stages"][1:]):
         d = summary[f"{after}_minus_{before}"]
+        if d is None:
+            lines.append(f"{after} - {before}: no task scored in both stages, no delta")
+            continue
         lines.append(f"{after} - {before}: {100 * d['delta']:+.1f} points [{100 * d['ci95_low']:+.1f}, "
                      f"{100 * d['ci95_high']:+.1f}] (paired bootstrap, {d['tasks']} tasks: "
                      f"{d['better']} better, {d['worse']} worse)")
@@ -333,14 +342,16 @@ def _plot(reports: dict[str, dict], intervals: dict[str, dict], deltas: dict[str
     fig, ax = plt.subplots(figsize=(5, 3.5))
     stages = list(reports)
     values = [reports[s]["pass@1"] for s in stages]
-    errors = [[v - intervals[s]["ci95_low"] for s, v in zip(stages, values)],
-              [intervals[s]["ci95_high"] - v for s, v in zip(stages, values)]]
+    errors = [[v - intervals[s]["ci95_low"] if intervals[s] else 0.0 for s, v in zip(stages, values)],
+              [intervals[s]["ci95_high"] - v if intervals[s] else 0.0 for s, v in zip(stages, values)]]
     ax.errorbar(stages, values, yerr=errors, marker="o", capsize=4, label="pass@1 (95% CI)")
     k = max(int(key) for key in reports[stages[0]]["pass@k"])
     ax.plot(stages, [reports[s]["pass@k"][str(k)] for s in stages], marker="s", linestyle="--",
             label=f"pass@{k}")
     for i, (before, after) in enumerate(zip(stages, stages[1:])):
         d = deltas[f"{after}_minus_{before}"]
+        if d is None:
+            continue
         ax.annotate(f"{100 * d['delta']:+.1f}\n[{100 * d['ci95_low']:+.1f}, {100 * d['ci95_high']:+.1f}]",
                     ((i + i + 1) / 2, (values[i] + values[i + 1]) / 2 + 0.08), ha="center", fontsize="x-small")
     ax.set(xlabel="stage", ylabel="held-out pass rate", ylim=(0, 1),

@@ -267,3 +267,25 @@ def test_summary_table_prints_intervals_and_paired_deltas():
                                 "worse": 4}}
     text = summary_table(summary)
     assert " 45.0% [ 35.0%,  55.0%]" in text and "rl - sft: +12.0 points [+6.0, +18.0]" in text
+
+
+def test_a_stage_with_no_scored_task_is_summarized_not_a_crash(tmp_path):
+    from actors.pipeline import _summarize
+    from configs.schema import Config
+
+    def report(resolved_n):
+        return {"pass@1": 0.0 if not resolved_n[1] else resolved_n[0] / resolved_n[1], "pass@k": {"4": 0.0},
+                "num_tasks": 2, "per_task": [{"task_id": t, "resolved": resolved_n[0], "n": resolved_n[1]}
+                                             for t in ("a", "b")]}
+
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "predictions.jsonl").write_text("")
+    # Every base attempt was an infra error (n=0: never scored); SFT's were scored.
+    summary = _summarize(Config(), tmp_path, {"base": report((0, 0)), "sft": report((2, 4))})
+    assert summary["sft_minus_base"] is None and summary["pass_at_1_ci95"]["base"] is None
+    assert summary["pass_at_1_ci95"]["sft"] is not None
+    from actors.pipeline import summary_table
+
+    text = summary_table(summary)
+    assert "(no task scored)" in text and "sft - base: no task scored in both stages" in text
+    assert (tmp_path / "learning_curve.png").exists()

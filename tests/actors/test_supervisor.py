@@ -58,7 +58,8 @@ def finished_whole(path, steps=3) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("role", ["collector", "trainer-0", "episode-0"])
+# trainer-0 killed: test_a_corrupt_newest_checkpoint_is_skipped_when_the_run_heals.
+@pytest.mark.parametrize("role", ["collector", "episode-0"])
 def test_a_killed_role_is_replaced_and_the_run_finishes(ray_session, swerve_cache, tmp_path, role):
     cfg = small(tmp_path, swerve_cache, f"kill-{role}")
     ns = f"swerve-{cfg.run.name}"
@@ -124,8 +125,9 @@ def test_killed_or_hung_sandboxes_cost_their_episodes_not_the_run(ray_session, s
 
 @pytest.mark.slow
 def test_a_corrupt_newest_checkpoint_is_skipped_when_the_run_heals(ray_session, swerve_cache, tmp_path, caplog):
-    """Step 2's checkpoint is damaged, then a trainer shard is killed: the run rolls back to step
-    1's checkpoint (warning about step 2's) and still trains every step once."""
+    """Step 2's checkpoint is damaged, then a trainer shard is killed (SIGKILL): the run rebuilds
+    the fleet, rolls back to step 1's checkpoint (warning about step 2's) and still trains every
+    step once."""
     cfg = small(tmp_path, swerve_cache, "corrupt-ckpt", "trainer.total_steps=4")
     run = tmp_path / cfg.run.name
     step2 = run / "checkpoints" / step_dir_name(2)
@@ -140,5 +142,5 @@ def test_a_corrupt_newest_checkpoint_is_skipped_when_the_run_heals(ray_session, 
     act = AfterStep(run, corrupt_then_kill, step=2, ready=lambda: (step2 / "meta.json").exists())
     with caplog.at_level(logging.WARNING):
         acc = finished_whole(train(cfg), steps=4)
-    assert act.acted_at is not None and acc["restarts"]["trainer"] == 1
+    assert act.acted_at is not None and acc["restarts"]["trainer"] == 1 and acc["heal_s"]["trainer"][0] > 0
     assert any(step_dir_name(2) in r.getMessage() and "not usable" in r.getMessage() for r in caplog.records)
