@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast run clean
+.PHONY: setup sglang-side test test-fast run clean
 
 setup: $(STAMP)
 
@@ -16,9 +16,28 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# SGLang's own code beside the venv (not in it: its dependencies are GPU-only), pinned, with --no-deps:
+# tests/policies/server/test_sglang_conformance.py checks our launch flags and request bodies
+# against it (policies/server/sglang_side.py finds it). The stamp holds the package list, so a
+# second run is instant and a changed pin reinstalls. A failed download only warns: those tests
+# then skip, naming this target.
+SGLANG_VERSION := 0.5.23
+SGLANG_SIDE ?= $(HOME)/.cache/swerve/sglang-$(SGLANG_VERSION)
+SGLANG_SIDE_PKGS := sglang==$(SGLANG_VERSION) orjson==3.13.0 psutil==7.2.2 pybase64==1.5.1 starlette==1.10.0 \
+	msgspec==0.23.0 pyzmq==27.3.0 ipython==9.18.1 traitlets==5.16.1
+
+sglang-side: setup
+	@if grep -qxF '$(SGLANG_SIDE_PKGS)' '$(SGLANG_SIDE)/.installed' 2>/dev/null; then :; \
+	elif rm -rf '$(SGLANG_SIDE).tmp' && $(PY) -m pip install -q --no-deps --target '$(SGLANG_SIDE).tmp' $(SGLANG_SIDE_PKGS) \
+		&& echo '$(SGLANG_SIDE_PKGS)' > '$(SGLANG_SIDE).tmp/.installed' \
+		&& rm -rf '$(SGLANG_SIDE)' && mv '$(SGLANG_SIDE).tmp' '$(SGLANG_SIDE)'; then \
+		echo "SGLang $(SGLANG_VERSION) side install: $(SGLANG_SIDE)"; \
+	else rm -rf '$(SGLANG_SIDE).tmp'; \
+		echo "warning: SGLang side install failed; the SGLang conformance tests will skip (retry: make sglang-side)"; fi
+
 # The full suite (what CI runs).
-test: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests
+test: setup sglang-side
+	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' $(PY) -m pytest -q -p no:cacheprovider tests
 
 # Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).
 test-fast: setup
