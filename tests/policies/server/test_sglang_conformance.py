@@ -283,7 +283,8 @@ def served(model_path):
 def probe(served):
     payload = {"launch": {name: launch_argv(name) for name in LAUNCH_CASES},
                "fields": ["model_path", "tp_size", "context_length", "mem_fraction_static", "host", "port",
-                          "weight_version", "log_level"],
+                          "weight_version", "log_level", "base_gpu_id", "gpu_id_step", "dp_size", "pp_size",
+                          "nnodes"],
                "generate": served["bodies"], "responses": served["responses"],
                "server_info": served["server_info"], "vocab_size": served["vocab_size"],
                "abort": [body for method, path, body in CONTROL_CALLS if path == protocol.ABORT_REQUEST]}
@@ -314,7 +315,9 @@ def test_launch_command_parses_with_sglangs_own_parser(probe, name):
 def test_launch_flags_set_the_server_args_we_mean(probe, name):
     """Each EngineConfig setting lands in the ServerArgs field it is meant for (tp_size,
     context_length, mem_fraction_static, host, port, model_path, extra server_args), and the
-    weight version SGLang starts with is one our client reads as policy version 0."""
+    weight version SGLang starts with is one our client reads as policy version 0. The server
+    uses exactly tp_size GPUs from the first one it sees (one node, no data or pipeline
+    parallel, base_gpu_id 0, step 1): process.server_env gives it exactly those."""
     result = probe["launch"][name]
     assert result["error"] is None, f"SGLang rejects {launch_argv(name)}: {result['error']}"
     cfg, values = LAUNCH_CASES[name], result["values"]
@@ -323,6 +326,8 @@ def test_launch_flags_set_the_server_args_we_mean(probe, name):
             "host": values["host"], "port": values["port"]} == {
         "model_path": MODEL, "tp_size": cfg.tp_size, "context_length": cfg.max_context_tokens,
         "mem_fraction_static": cfg.mem_fraction, "host": process.ENGINE_HOST, "port": LAUNCH_PORTS[name]}
+    assert {k: values[k] for k in ("base_gpu_id", "gpu_id_step", "dp_size", "pp_size", "nnodes")} == {
+        "base_gpu_id": 0, "gpu_id_step": 1, "dp_size": 1, "pp_size": 1, "nnodes": 1}
     assert "weight_version" in probe["server_args_fields"]
     assert client.parse_version(values["weight_version"], -1) == 0
     if "--log-level" in cfg.server_args:
