@@ -234,7 +234,12 @@ def write_report(result: dict) -> None:
              f"| writing tamper attempts flagged (must be all {result['tampers_writing']}) | {result['tampers_flagged']} |",
              f"| RL run with a tampering agent: tamper_rate / best reward_mean (must be 0) | "
              f"{result['rl_tamper_rate']} / {result['rl_tamper_reward_max']} |", "", "Per fault:", "",
-             *(f"| heal time of {kind} (s) | {value} |" for kind, value in result.get("heal_s_by_role", {}).items()),
+             "| role fault (scenario `roles`) | time to heal (s) |", "|---|---|",
+             *(f"| {kind} | {value} |" for kind, value in result.get("heal_s_by_role", {}).items()),
+             "", "Time to heal: from the fault to the run's next finished step (after a rollback, the step it had "
+             "reached plus one). A hang is found by its deadline first: the bench sets deadlines.train_step_s=20, "
+             "engine health 3 s, sandbox calls their own limit plus deadlines.sandbox_margin_s=5 (the workspace "
+             "listing's limit is 60 s), and the batch then waits for the hung episode's re-run (staleness pacing).",
              "",
              *(f"| {line} |" for line in table.splitlines()), "",
              "A grader crash can only be injected when an episode submits, which the small random policy of the "
