@@ -124,7 +124,7 @@ class EngineActor:
                     os._exit(1)  # Ray reports the actor dead; the driver replaces it
                 return
             try:
-                usage = server_kv_usage(self.client.get_server_info(timeout_s=2.0))
+                usage = server_kv_usage(self.client.loads(timeout_s=2.0))
             except (EngineHTTPError, EngineUnreachable):
                 usage = None
             if usage is not None:

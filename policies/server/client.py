@@ -15,7 +15,7 @@ JSON shapes follow SGLang's `http_server.py` / `io_struct.py`:
        "group_name", "backend"}
   POST /update_weights_from_distributed {"names", "dtypes", "shapes", "group_name", "flush_cache",
        "weight_version"}
-  GET  /get_server_info, /health
+  GET  /server_info, /v1/loads {"loads": [{"token_usage", "num_used_tokens", ...} per DP rank]}, /health
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from typing import Any, Optional, Sequence
 from configs.schema import EngineConfig
 from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
 from policies.server import protocol
-from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, FINISH_ABORT, GENERATE, GET_SERVER_INFO,
-                                      HEALTH, PAUSE_GENERATION, UPDATE_WEIGHTS_FROM_DISK)
+from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, FINISH_ABORT, GENERATE, HEALTH, LOADS,
+                                      PAUSE_GENERATION, SERVER_INFO, UPDATE_WEIGHTS_FROM_DISK)
 
 # GPU (NCCL) weight sync: SGLang routes our CPU server does not serve.
 INIT_WEIGHTS_UPDATE_GROUP = "/init_weights_update_group"
@@ -165,7 +165,11 @@ class EngineClient:
 
     # -- state -------------------------------------------------------------------------
     def get_server_info(self, timeout_s: Optional[float] = None) -> dict:
-        return self.get(GET_SERVER_INFO, timeout_s)
+        return self.get(SERVER_INFO, timeout_s)
+
+    def loads(self, timeout_s: Optional[float] = None) -> dict:
+        """SGLang's load snapshot: {"loads": [one per DP rank: token_usage, num_used_tokens, ...]}."""
+        return self.get(LOADS, timeout_s)
 
     def health(self, timeout_s: float = 5.0) -> bool:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import datetime, timezone
 from typing import Any, Dict, List
 
 from aiohttp import web
@@ -239,9 +240,14 @@ def build_app(state: ServerState) -> web.Application:
             "is_generation": True, "preferred_sampling_params": None,
             "weight_version": scheduler.weight_version})
 
+    @routes.get(protocol.SERVER_INFO)
     @routes.get(protocol.GET_SERVER_INFO)
     async def get_server_info(request: web.Request) -> web.Response:
         return web.json_response(server_info(state))
+
+    @routes.get(protocol.LOADS)
+    async def loads(request: web.Request) -> web.Response:
+        return web.json_response(load_snapshot(state))
 
     @routes.get(protocol.GET_LOAD)
     async def get_load(request: web.Request) -> web.Response:
@@ -275,6 +281,17 @@ def build_app(state: ServerState) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.add_routes(routes)
     return app
+
+
+def load_snapshot(state: ServerState) -> Dict[str, Any]:
+    """SGLang's GET /v1/loads layout (one LoadSnapshot per DP rank; we have one), its core fields."""
+    stats = state.scheduler.stats()
+    return {"timestamp": datetime.now(timezone.utc).isoformat(), "version": SERVER_VERSION, "accelerator": None,
+            "num_accelerators": 0,
+            "loads": [{"timestamp": time.time(), "dp_rank": 0, "num_running_reqs": stats["running"],
+                       "num_waiting_reqs": stats["waiting"], "num_used_tokens": stats["kv_tokens"],
+                       "max_total_num_tokens": stats["kv_capacity"], "max_running_requests": state.cfg.max_batch_size,
+                       "token_usage": stats["kv_usage"], "gen_throughput": stats["gen_throughput"]}]}
 
 
 def server_info(state: ServerState) -> Dict[str, Any]:

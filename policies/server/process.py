@@ -185,12 +185,10 @@ def drop_old_weights(workdir: str, keep: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def server_kv_usage(info) -> Optional[float]:
-    """KV-pool use from /get_server_info: our flat `token_usage`, else SGLang's internal_states[0]."""
-    if not isinstance(info, dict):
-        return None
-    if isinstance(info.get("token_usage"), (int, float)):
-        return float(info["token_usage"])
-    states = info.get("internal_states") or [{}]
-    usage = states[0].get("token_usage") if isinstance(states[0], dict) else None
-    return float(usage) if isinstance(usage, (int, float)) else None
+def server_kv_usage(answer) -> Optional[float]:
+    """KV-pool use (0..1) from GET /v1/loads: the busiest DP rank's `token_usage` (SGLang's
+    LoadSnapshot; /server_info carries no KV use in SGLang 0.5.23). None when it says none."""
+    loads = answer.get("loads") if isinstance(answer, dict) else None
+    usages = [load["token_usage"] for load in loads or [] if isinstance(load, dict)
+              and isinstance(load.get("token_usage"), (int, float))]
+    return float(max(usages)) if usages else None

@@ -64,7 +64,9 @@ CONTINUE_GENERATION = "/continue_generation"             # POST ContinueGenerati
 FLUSH_CACHE = "/flush_cache"                             # GET or POST
 UPDATE_WEIGHTS_FROM_DISK = "/update_weights_from_disk"   # POST UpdateWeightFromDiskReqInput
 UPDATE_WEIGHT_VERSION = "/update_weight_version"         # POST UpdateWeightVersionReqInput
-GET_SERVER_INFO = "/get_server_info"                     # GET
+SERVER_INFO = "/server_info"                             # GET (SGLang >= 0.5.23; what swerve calls)
+GET_SERVER_INFO = "/get_server_info"                     # GET (deprecated by SGLang for /server_info; still served)
+LOADS = "/v1/loads"                                      # GET: {"loads": [LoadSnapshot per DP rank]}
 GET_MODEL_INFO = "/get_model_info"                       # GET
 GET_WEIGHT_VERSION = "/get_weight_version"               # GET
 GET_LOAD = "/get_load"                                   # GET

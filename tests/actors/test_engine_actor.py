@@ -162,6 +162,7 @@ def test_sglang_path_aborts_and_resumes_with_exact_versions(monkeypatch, tmp_pat
     monkeypatch.setattr(engine_actor, "server_command",
                         lambda cfg, model_path, port: [sys.executable, fake, "--port", str(port)])
     (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # the one GPU the placement would have given it
     engine = EngineActor(3, EngineConfig(backend="sglang", startup_timeout_s=30), str(tmp_path))
     try:
         assert not engine.token_versions

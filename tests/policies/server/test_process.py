@@ -53,3 +53,15 @@ def test_a_stopped_server_process_is_seen_as_stopped(tmp_path):
     finally:
         server.kill(grace_s=1.0)
     assert not server.alive()
+
+
+def test_an_sglang_server_must_see_exactly_its_tp_size_gpus():
+    from policies.server.process import server_env
+
+    cfg = EngineConfig(backend="sglang", tp_size=2, torch_threads=3)
+    env = server_env(cfg, {"CUDA_VISIBLE_DEVICES": "4,5", "PATH": "/bin"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5" and env["OMP_NUM_THREADS"] == "3" and env["PATH"] == "/bin"
+    for view in ({}, {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}):
+        with pytest.raises(RuntimeError, match="engine.tp_size=2"):
+            server_env(cfg, view)
+    assert "CUDA_VISIBLE_DEVICES" not in server_env(EngineConfig(backend="cpu"), {})  # a CPU server needs none

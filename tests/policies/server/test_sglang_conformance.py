@@ -36,6 +36,9 @@ GENERATE_WRITERS = ("srt/managers/tokenizer_manager.py", "srt/managers/schedule_
 # Files that build /get_server_info: the route, server args + scheduler info, internal_states.
 SERVER_INFO_WRITERS = ("srt/entrypoints/http_server.py", "srt/utils/common.py", "srt/entrypoints/engine.py",
                        "srt/managers/scheduler.py", "srt/managers/scheduler_components/internal_state.py")
+# GET /v1/loads: the route (its top-level keys) and the per-DP-rank snapshot it returns.
+LOADS_WRITER = "srt/entrypoints/v1_loads.py"
+LOAD_SNAPSHOT = "srt/managers/load_snapshot.py"
 MODEL = "/models/policy"
 
 
@@ -108,6 +111,7 @@ def client_calls() -> list[tuple[str, str, object]]:
     rec.update_weights_from_distributed(["w"], ["bfloat16"], [[2, 3]], weight_version="5")
     rec.update_weights_from_distributed(["w", "b"], ["float32", "float32"], [[4], [1]], flush_cache=False)
     rec.get_server_info()
+    rec.loads()
     rec.health()
     return rec.calls
 
@@ -264,7 +268,7 @@ print("PROBE-JSON " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def served(model_path):
-    """Our CPU server's answers: every GENERATE_CASES body, one that stops on a stop id, /get_server_info."""
+    """Our CPU server's answers: every GENERATE_CASES body, one that stops on a stop id, /server_info, /v1/loads."""
     bodies = generate_bodies()
     with start_server(model_path, max_batch_size=4, max_context_tokens=128) as handle:
         engine = client.EngineClient(handle.url, timeout_s=120)
@@ -274,9 +278,10 @@ def served(model_path):
             SampleRequest([5, 6, 7], max_new_tokens=4, temperature=0.0, stop_token_ids=(first,)), rid="rid-stop")
         responses["stop-on-first-greedy-token"] = engine.generate_raw(bodies["stop-on-first-greedy-token"])
         info = engine.get_server_info()
+        loads = engine.loads()
     with open(os.path.join(model_path, "config.json")) as f:
         vocab_size = json.load(f)["vocab_size"]
-    return {"bodies": bodies, "responses": responses, "server_info": info, "vocab_size": vocab_size}
+    return {"bodies": bodies, "responses": responses, "server_info": info, "loads": loads, "vocab_size": vocab_size}
 
 
 @pytest.fixture(scope="module")
@@ -460,16 +465,23 @@ def test_cpu_server_info_passes_sglangs_contract(probe):
     assert len(probe["server_info"]["canonical"]["internal_states"]) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="SGLang 0.5.23 writes no `token_usage` into /get_server_info (neither top level "
-                   "nor internal_states[i]); its KV use is `token_usage` of GET /v1/loads (LoadSnapshot). "
-                   "process.server_kv_usage returns None against real SGLang, so the engine KV peak never moves")
-def test_kv_usage_keys_we_read_are_written_by_sglang(probe):
-    """Every key process.server_kv_usage reads from /get_server_info is one SGLang writes there:
-    a string of its server-info builders or a ServerArgs field (the resolved args are the top level
-    and every internal_states entry)."""
+def test_kv_usage_keys_we_read_are_written_by_sglang():
+    """Every key process.server_kv_usage reads is one SGLang's GET /v1/loads writes: the route's
+    own keys or a LoadSnapshot field (its per-DP-rank core). (SGLang 0.5.23's /server_info carries
+    no KV use at all, so reading it there would leave the engine KV peak at 0 on GPUs.)"""
     read = keys_read(process.server_kv_usage)
-    written = set(probe["server_args_fields"]).union(*(sglang_side.string_literals(p) for p in SERVER_INFO_WRITERS))
-    assert "internal_states" in read and read <= written, read - written
+    written = sglang_side.string_literals(LOADS_WRITER) | set(sglang_side.class_fields(LOAD_SNAPSHOT, "LoadSnapshot"))
+    assert {"loads", "token_usage"} <= read <= written, read - written
+
+
+def test_cpu_server_loads_have_sglangs_shape(served):
+    """Our CPU server's /v1/loads has the route's top-level keys and, per DP rank, only
+    LoadSnapshot fields, with the KV use server_kv_usage reads."""
+    fields = set(sglang_side.class_fields(LOAD_SNAPSHOT, "LoadSnapshot"))
+    answer = served["loads"]
+    assert {"timestamp", "version", "accelerator", "num_accelerators", "loads"} == set(answer)
+    assert len(answer["loads"]) == 1 and set(answer["loads"][0]) <= fields, set(answer["loads"][0]) - fields
+    assert process.server_kv_usage(answer) == answer["loads"][0]["token_usage"]
 
 
 def test_side_install_is_the_pinned_sglang():
