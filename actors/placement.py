@@ -1,8 +1,9 @@
 """The placement plan (actors/placement_plan.py) made real in Ray: the run's placement groups and
 the options every GPU role is created with.
 
-Each engine asks for engine.tp_size GPUs in its own STRICT_PACK group (a tensor-parallel SGLang
-server needs its GPUs on one node), each trainer shard one GPU of the trainer group (PACK), and
+Each engine asks for engine.tp_size GPUs, one bundle of the SPREAD engine group (a bundle is on
+one node, as a tensor-parallel SGLang server needs; the engines spread over nodes), each trainer
+shard one GPU of the trainer group (PACK), and
 Ray sets every such actor's CUDA_VISIBLE_DEVICES to exactly its GPUs; SGLang and torch inherit
 that view (policies/device.py). Trainer ranks take the trainer group's bundles node by node in
 rank order, so the ranks of one node are consecutive (Megatron's parallel groups assume it).
@@ -34,7 +35,8 @@ def check_fits(plan: dict, nodes: list[tuple[str, dict]]) -> None:
     """First fit of every GPU bundle onto the nodes' declared GPUs (and custom resources): raises
     PlacementShortfall naming what is missing, or returns when the plan fits."""
     free = {node: dict(resources) for node, resources in nodes}
-    for group in plan["placement_groups"]:
+    # Larger bundles first (engines before trainer shards): first fit then rarely refuses what fits.
+    for group in sorted(plan["placement_groups"], key=lambda g: -max(b.get("GPU", 0) for b in g["bundles"])):
         for i, bundle in enumerate(group["bundles"]):
             node = next((n for n, left in free.items()
                          if all(left.get(k, 0.0) >= v - 1e-9 for k, v in bundle.items())), None)
@@ -87,7 +89,7 @@ class Placement:
         if not gpus:
             return {"resources": custom} if custom else {}
         if role == "engine":
-            group, bundle = self.groups[f"engine-{index}-pg"], 0
+            group, bundle = self.groups["engine-pg"], index
         else:
             group, bundle = self.groups["trainer-pg"], self.trainer_bundles[index]
         return {"num_gpus": gpus, "resources": custom,

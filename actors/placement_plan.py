@@ -4,8 +4,8 @@ and caps in force. Starts nothing (no Ray needed); actors/placement.py makes it 
 and actors/launch.py builds the fleet from it, so the plan is what runs.
 
 A run is a GPU run when engine.backend is "sglang": each engine then needs engine.tp_size GPUs
-(one placement group, its GPUs on one node) and each trainer shard one GPU (one placement group
-for all shards, packed: ranks in order fill a node before the next). `resources` mirrors the
+(one bundle of a SPREAD group: its GPUs on one node, the engines spread over nodes) and each
+trainer shard one GPU (one PACK group for all shards: ranks in order fill a node before the next). `resources` mirrors the
 options the actors get (num_cpus 0: the CPU spine schedules by memory; a sliver of the role's
 custom resource from ray.*_resource). `roles` says, per actor, the node and GPUs it would get on
 nodes of ray.gpus_per_node GPUs each; at launch Ray's placement decides the node.
@@ -42,9 +42,11 @@ def build_plan(cfg: Config, mode: str = "train") -> dict:
     actors = [_actor("engine", [f"engine-{i}" for i in range(n_eng)], engine_gpus, cfg.ray.engine_resource,
                      backend=cfg.engine.backend, tp_size=cfg.engine.tp_size,
                      max_context_tokens=cfg.engine.max_context_tokens)]
-    groups = [{"name": f"engine-{i}-pg", "strategy": "STRICT_PACK",
-               "bundles": [{"GPU": engine_gpus, **_custom(cfg.ray.engine_resource)}]}
-              for i in range(n_eng)] if engine_gpus else []
+    # One bundle per engine (a bundle never spans nodes: an engine's tp GPUs share one), spread
+    # over the engine nodes so one node's loss takes few engines and their load is shared.
+    groups = [{"name": "engine-pg", "strategy": "SPREAD",
+               "bundles": [{"GPU": engine_gpus, **_custom(cfg.ray.engine_resource)} for _ in range(n_eng)]}
+              ] if engine_gpus else []
     if mode == "train":
         world = cfg.trainer.num_shards
         actors.append(_actor("trainer", [f"trainer-{r}" for r in range(world)], trainer_gpus,
@@ -93,8 +95,9 @@ def _pool(resource: str, gpu: bool) -> str:
 
 def _assign(cfg: Config, actors: list[dict]) -> list[dict]:
     """One row per actor: the node (kind and index) and the GPU indices on it. GPU roles fill
-    nodes of ray.gpus_per_node GPUs in order, engines first; roles whose resource names the
-    same kind of node share those nodes."""
+    nodes of ray.gpus_per_node GPUs, engines first and spread round-robin over as many nodes as
+    they need, trainer ranks in order; roles whose resource names the same kind of node share
+    those nodes."""
     per_node = cfg.ray.gpus_per_node
     free: dict[str, list[int]] = {}  # pool -> GPUs left on each of its nodes so far
     rows = []
@@ -103,7 +106,8 @@ def _assign(cfg: Config, actors: list[dict]) -> list[dict]:
         pool = _pool(next(iter(actor["resources"]["custom"]), ""), bool(need))
         if actor["role"] == "collector":
             pool = "driver-node"  # pinned to the driver's node (actors/launch.py)
-        for name in actor["names"]:
+        spread_over = -(-need * actor["count"] // per_node) if actor["role"] == "engine" and need else 1
+        for i, name in enumerate(actor["names"]):
             if not need:
                 rows.append({"role": actor["role"], "name": name, "node": pool, "gpus": []})
                 continue
@@ -111,7 +115,10 @@ def _assign(cfg: Config, actors: list[dict]) -> list[dict]:
                 raise ValueError(f"{name} needs {need} GPUs on one node, but ray.gpus_per_node is {per_node}: "
                                  "lower engine.tp_size or raise ray.gpus_per_node")
             nodes = free.setdefault(pool, [])
-            index = next((i for i, left in enumerate(nodes) if left >= need), None)
+            while len(nodes) < spread_over:
+                nodes.append(per_node)
+            wanted = i % spread_over
+            index = wanted if nodes[wanted] >= need else next((k for k, left in enumerate(nodes) if left >= need), None)
             if index is None:
                 nodes.append(per_node)
                 index = len(nodes) - 1

@@ -63,5 +63,5 @@ def test_a_plan_that_does_not_fit_names_the_missing_gpus():
         check_fits(plan, [engine_node, ("n-trainer", {"GPU": 4.0, "trainer": 1000.0})])
     message = str(err.value)
     assert "trainer-pg bundle 4" in message and "16 GPUs" in message and "trainer.num_shards" in message
-    with pytest.raises(PlacementShortfall, match="engine-0-pg"):  # GPUs, but not on an engine node
+    with pytest.raises(PlacementShortfall, match="engine-pg bundle 0"):  # GPUs, but not on an engine node
         check_fits(plan, [("n-other", {"GPU": 16.0})])

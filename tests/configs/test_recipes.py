@@ -40,8 +40,8 @@ def test_reference_recipe():
     engines = role(plan, "engine")
     assert engines["count"] == 8 and engines["resources"]["num_gpus"] == 1
     assert engines["resources"]["custom"] == {"engine": 0.001}
-    engine_pgs = [g for g in plan["placement_groups"] if g["name"].startswith("engine-")]
-    assert len(engine_pgs) == 8 and all(g["bundles"] == [{"GPU": 1, "engine": 0.001}] for g in engine_pgs)
+    engine_pg = next(g for g in plan["placement_groups"] if g["name"] == "engine-pg")
+    assert engine_pg["strategy"] == "SPREAD" and engine_pg["bundles"] == [{"GPU": 1, "engine": 0.001}] * 8
     trainer_pg = next(g for g in plan["placement_groups"] if g["name"] == "trainer-pg")
     assert len(trainer_pg["bundles"]) == cfg.trainer.num_shards
     assert plan["totals"]["num_gpus"] == 8 + cfg.trainer.num_shards
@@ -92,3 +92,14 @@ def test_plan_refuses_an_engine_wider_than_a_node():
     cfg = load_config("configs/qwen3_30b_a3b_swe.yaml", ["engine.tp_size=16"])
     with pytest.raises(ValueError, match="ray.gpus_per_node"):
         build_plan(cfg)
+
+
+def test_engines_spread_over_the_nodes_they_need_and_trainers_pack():
+    cfg = load_config("configs/qwen3_30b_a3b_swe.yaml", ["engine.num_engines=4", "engine.tp_size=4",
+                                                          "trainer.num_shards=12"])
+    rows = build_plan(cfg)["roles"]
+    engines = [(r["node"], r["gpus"]) for r in rows if r["role"] == "engine"]
+    assert engines == [("engine-node-0", [0, 1, 2, 3]), ("engine-node-1", [0, 1, 2, 3]),
+                       ("engine-node-0", [4, 5, 6, 7]), ("engine-node-1", [4, 5, 6, 7])]
+    trainers = [r["node"] for r in rows if r["role"] == "trainer"]
+    assert trainers == ["trainer-node-0"] * 8 + ["trainer-node-1"] * 4
