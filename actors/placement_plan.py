@@ -135,6 +135,7 @@ def _limits(cfg: Config, mode: str) -> dict:
     return {
         "deadlines": dataclasses.asdict(cfg.deadlines),
         "sandbox": {"command_timeout_s": cfg.sandbox.command_timeout_s, "grade_timeout_s": cfg.env.swe.grade_timeout_s,
+                    "listing_timeout_s": cfg.env.swe.listing_timeout_s,
                     "memory_mb": cfg.sandbox.memory_mb, "vcpus": cfg.sandbox.vcpus},
         "engine": {"max_context_tokens": cfg.engine.max_context_tokens, "max_batch_size": cfg.engine.max_batch_size,
                    "request_timeout_s": cfg.engine.request_timeout_s},

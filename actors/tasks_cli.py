@@ -73,7 +73,7 @@ def _validate(args: argparse.Namespace) -> int:
     print("\t".join(header), flush=True)
     results = []
     for task in task_set.tasks:
-        result = validate_task(task, lambda: LocalSandbox(cfg.sandbox), timeout_s)
+        result = validate_task(task, lambda: LocalSandbox(cfg.sandbox), timeout_s, cfg.env.swe.listing_timeout_s)
         results.append(result)
         cells = (result.task_id, result.repo, _yes_no(result.gold_resolved), _yes_no(result.empty_resolved),
                  result.verdict, result.reason or "-", f"{result.seconds:.1f}")

@@ -239,7 +239,7 @@ def write_report(result: dict) -> None:
              "", "Time to heal: from the fault to the run's next finished step (after a rollback, the step it had "
              "reached plus one). A hang is found by its deadline first: the bench sets deadlines.train_step_s=20, "
              "engine health 3 s, sandbox calls their own limit plus deadlines.sandbox_margin_s=5 (the workspace "
-             "listing's limit is 60 s), and the batch then waits for the hung episode's re-run (staleness pacing).",
+             "listing's own limit, env.swe.listing_timeout_s, was 60 s), and the batch then waits for the hung episode's re-run (staleness pacing).",
              "",
              *(f"| {line} |" for line in table.splitlines()), "",
              "A grader crash can only be injected when an episode submits, which the small random policy of the "

@@ -262,6 +262,10 @@ class SWEEnvConfig:
     # hits the limit scores unresolved. A recipe of small suites lowers it, so an edit that makes
     # the tests loop forever costs a minute, not half an hour.
     grade_timeout_s: float = 1800.0
+    # Time limit of listing the workspace (system side: before the agent's first command, and
+    # when its change is read at grading). A repository too big to list in it is an infra error
+    # at the start; a workspace the agent made unlistable scores 0 at grading.
+    listing_timeout_s: float = 60.0
     # A change to a protected path (envs/protection.py) scores 0 outright; false grades the
     # rest of the change. Either way the attempt records the paths (info["tampered"]).
     tamper_scores_zero: bool = True

@@ -44,14 +44,14 @@ class Verdict:
     result: Optional[GradeResult] = None
 
 
-def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest) -> CapturedChange:
+def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest, listing_timeout_s: float) -> CapturedChange:
     """Read the agent's change, then reset the workspace to its pristine state.
 
     The reset workspace is checked against the manifest taken at the episode's start: a
     backend whose pristine copy lives inside the sandbox (docker, e2b) could otherwise be
     handed a copy the agent altered."""
     try:
-        now = take_manifest(sandbox)
+        now = take_manifest(sandbox, listing_timeout_s)
     except ListingError as error:
         # The agent made its workspace unlistable (a flood of files): its doing, so it scores
         # 0 like any tampering rather than becoming an infra error that training skips.
@@ -65,7 +65,7 @@ def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest) -> Captured
     deleted = tuple(path for path in change.deleted if path not in tampered and not is_tool_output(path))
     executable = {path for path in written if now.entries[path][1].endswith("x")}
     sandbox.reset()
-    altered = _differences(pristine, sandbox)
+    altered = _differences(pristine, sandbox, listing_timeout_s)
     if altered:
         tampered[PRISTINE_ALTERED] = f"the reset workspace differs from the start: {altered}"
     old = {path: sandbox.read_file(path) for path in [*written, *deleted] if path in pristine.entries}
@@ -79,10 +79,10 @@ def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest) -> Captured
                           executable=frozenset(executable & set(written)))
 
 
-def _differences(pristine: Manifest, sandbox: Sandbox) -> str:
+def _differences(pristine: Manifest, sandbox: Sandbox, listing_timeout_s: float) -> str:
     """How the freshly reset workspace differs from the listing taken at the start ("" if not)."""
     try:
-        now = take_manifest(sandbox)
+        now = take_manifest(sandbox, listing_timeout_s)
     except ListingError as error:
         return str(error)
     if now == pristine:
@@ -90,12 +90,12 @@ def _differences(pristine: Manifest, sandbox: Sandbox) -> str:
     return str(sorted(set(diff_manifests(pristine, now).paths) | set(diff_manifests(now, pristine).paths))[:5])
 
 
-def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, timeout_s: float,
+def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, timeout_s: float, listing_timeout_s: float,
                       tamper_scores_zero: bool = True) -> Verdict:
     """The attempt's verdict: its allowed change applied to the pristine workspace, then graded.
     With `tamper_scores_zero` a tampering attempt is unresolved without running the tests; an
     altered pristine copy or an unlistable workspace always is."""
-    change = capture_change(sandbox, task, pristine)
+    change = capture_change(sandbox, task, pristine, listing_timeout_s)
     # Without a trustworthy pristine view there is nothing honest to grade, whatever the switch.
     untrusted = PRISTINE_ALTERED in change.tampered or WORKSPACE in change.tampered
     if change.tampered and (tamper_scores_zero or untrusted):

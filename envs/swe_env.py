@@ -89,7 +89,7 @@ class SWEEnv(gymnasium.Env):
         start_s = time.monotonic() - started_s
         # Taken before the agent's first command: what "pristine" means for grading.
         try:
-            self._pristine = take_manifest(self._sandbox)
+            self._pristine = take_manifest(self._sandbox, self.config.listing_timeout_s)
         except ListingError as error:
             raise InfraError(InfraSource.SANDBOX, f"{self.task.id}: {error}; raise sandbox.max_output_bytes "
                              "for a task this large") from error
@@ -141,6 +141,7 @@ class SWEEnv(gymnasium.Env):
     def _submit(self):
         started_s = time.monotonic()
         verdict = grade_on_pristine(self._sandbox, self.task, self._pristine, self.config.grade_timeout_s,
+                                    self.config.listing_timeout_s,
                                     self.config.tamper_scores_zero)
         self._done = True
         outcome = Outcome.RESOLVED if verdict.resolved else Outcome.UNRESOLVED
@@ -171,7 +172,7 @@ class SWEEnv(gymnasium.Env):
         if self._sandbox is None or self.task is None or self._pristine is None:
             return "", {}
         try:
-            change = capture_change(self._sandbox, self.task, self._pristine)
+            change = capture_change(self._sandbox, self.task, self._pristine, self.config.listing_timeout_s)
             return change.model_patch, dict(change.tampered)
         except Exception as err:  # noqa: BLE001 - the patch is a report, not part of the episode
             log.warning("model_patch of %s not captured: %s: %s", self.task.id, type(err).__name__, err)

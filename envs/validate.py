@@ -80,7 +80,8 @@ def _apply_gold(sandbox: Sandbox, task: Task, timeout_s: float) -> Optional[str]
     return None
 
 
-def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s: float) -> ValidationResult:
+def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s: float,
+                  listing_timeout_s: float) -> ValidationResult:
     started = time.monotonic()
 
     def done(verdict: str, reason: str, gold: Optional[bool] = None, empty: Optional[bool] = None):
@@ -94,16 +95,17 @@ def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s:
     try:
         # Both graded as an agent's attempt is: on the pristine view (envs/pristine_view.py).
         sandbox.start(task)
-        pristine = take_manifest(sandbox)
+        pristine = take_manifest(sandbox, listing_timeout_s)
         failure = _apply_gold(sandbox, task, timeout_s)
         if failure:
             return done(QUARANTINED, failure, gold=False)
-        verdict = grade_on_pristine(sandbox, task, pristine, timeout_s)
+        verdict = grade_on_pristine(sandbox, task, pristine, timeout_s, listing_timeout_s)
         if verdict.change.tampered:
             return done(QUARANTINED, f"gold fix changes protected paths: {verdict.change.tampered}", gold=False)
         gold = verdict.result
         sandbox.start(task)  # a fresh lease for the empty patch
-        empty = grade_on_pristine(sandbox, task, take_manifest(sandbox), timeout_s).result
+        empty = grade_on_pristine(sandbox, task, take_manifest(sandbox, listing_timeout_s), timeout_s,
+                                  listing_timeout_s).result
     except InfraError as error:
         return done(QUARANTINED, str(error))
     finally:

@@ -19,7 +19,6 @@ from typing import Dict, Tuple
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import Sandbox
 
-MANIFEST_TIMEOUT_S = 60.0
 # An entry the listing cannot read (permissions the agent changed) is recorded as ("e", why),
 # so it shows as a change instead of failing the listing.
 _MANIFEST_SCRIPT = r"""
@@ -74,13 +73,14 @@ class Change:
         return {**self.written, **{path: False for path in self.deleted}}
 
 
-def take_manifest(sandbox: Sandbox) -> Manifest:
-    """The workspace's listing. ListingError when it exceeds the sandbox's limits (what the
-    agent can cause: a flood of files); InfraError when the listing itself fails."""
-    result = sandbox.exec(f"python3 -I -S -c {shlex.quote(_MANIFEST_SCRIPT)}", timeout_s=MANIFEST_TIMEOUT_S)
+def take_manifest(sandbox: Sandbox, timeout_s: float) -> Manifest:
+    """The workspace's listing, within timeout_s (env.swe.listing_timeout_s). ListingError when it
+    exceeds that or the sandbox's output limit (what the agent can cause: a flood of files);
+    InfraError when the listing itself fails."""
+    result = sandbox.exec(f"python3 -I -S -c {shlex.quote(_MANIFEST_SCRIPT)}", timeout_s=timeout_s)
     if result.timed_out or result.output_truncated:
         raise ListingError(f"listing the workspace {'timed out' if result.timed_out else 'exceeded'} "
-                           f"the sandbox's limits ({MANIFEST_TIMEOUT_S:.0f} s, sandbox.max_output_bytes)")
+                           f"the limits ({timeout_s:.0f} s env.swe.listing_timeout_s, sandbox.max_output_bytes)")
     if result.exit_code != 0:
         raise InfraError(InfraSource.GRADER, f"cannot list the workspace (exit {result.exit_code}): "
                          f"{result.output[-500:]}")

@@ -33,7 +33,7 @@ def bash(command: str) -> str:
 def test_the_recipes_command_timeout_is_the_one_every_command_runs_under(tmp_path, task_by_id):
     """The reference recipe sets sandbox.command_timeout_s: 60. The env used to pass its own
     20 s to every command, so the recipe's value never took effect."""
-    cfg = load_config("configs/qwen3_30b_a3b_swe.yaml")
+    cfg = load_config("configs/qwen3_30b_a3b_swe.yaml", ["env.swe.listing_timeout_s=7"])
     assert cfg.sandbox.command_timeout_s == 60.0
     # The lease an episode actor hands the env is built from the run's sandbox section.
     lease = RecordingSandbox(dataclasses.replace(cfg.sandbox, backend="local", isolation="none",
@@ -41,7 +41,9 @@ def test_the_recipes_command_timeout_is_the_one_every_command_runs_under(tmp_pat
     env = make_env(cfg.env, cfg.sandbox, cfg.tasks)
     try:
         env.reset(seed=0, options={"task": task_by_id["textkit-001"], "sandbox": lease})
-        lease.limits_s.clear()  # the env's own listing of the pristine workspace
+        # The env's own listing of the pristine workspace, under its own limit.
+        assert lease.limits_s[-1] == cfg.env.swe.listing_timeout_s == 7.0
+        lease.limits_s.clear()
         observation = env.step(bash("echo hi"))[0]
     finally:
         env.close()
