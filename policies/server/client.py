@@ -70,10 +70,10 @@ def parse_version(value: Any, default: int) -> int:
 def parse_generate(item: dict, fallback_version: int) -> SampleOutput:
     """One /generate response item -> SampleOutput (finish_reason 'stop', 'length' or 'abort').
 
-    Per-token versions come from meta_info["output_token_weight_versions"] when the server
-    sends them (ours), else every token gets meta_info["weight_version"] (else
-    `fallback_version`): the actor's update protocol makes sure such a response never spans
-    a weight update (see EngineActor).
+    Per-token versions come from meta_info["weight_versions"] spans (SGLang >= 0.5.23, ours) or
+    our older meta_info["output_token_weight_versions"] list, else every token gets
+    meta_info["weight_version"] (else `fallback_version`): for such a server the actor's update
+    protocol makes sure a response never spans a weight update (see EngineActor).
     """
     parsed = protocol.parse_generate_response(item)
     n = len(parsed.output_ids)

@@ -76,6 +76,8 @@ def _response(state: ServerState, request: Request) -> Dict[str, Any]:
         "weight_version": request.weight_version,
         "e2e_latency": max(request.finished_at - request.created, 0.0),
         protocol.OUTPUT_TOKEN_WEIGHT_VERSIONS: list(request.versions),
+        protocol.WEIGHT_VERSIONS: protocol.version_spans(request.versions) or [
+            {"version": str(request.weight_version), "start": 0, "end": 0}],
     }
     if request.return_logprob:
         meta["input_token_logprobs"] = []

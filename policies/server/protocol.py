@@ -28,20 +28,22 @@ Response (SGLang `TokenizerManager` output dict; a batch request returns a list 
                    # triples (text is None: return_text_in_logprobs is not supported)
                    "output_token_logprobs": [[float, int, None], ...],
                    "input_token_logprobs": [],   # logprob_start_len is not supported
-                   # swerve extension, always present on our server (SGLang has no such
-                   # field): the weight version that produced each output token
+                   # SGLang >= 0.5.23: the weight version of each run of output tokens,
+                   # half-open [start, end) spans in order; weight_version is the last one's
+                   "weight_versions": [{"version": str, "start": int, "end": int}, ...],
+                   # swerve's older per-token list, still sent for older clients
                    "output_token_weight_versions": [int | str, ...]}}
   `output_ids` keeps a matched stop/EOS token (the trainer must learn to stop); `text` trims
   it unless `no_stop_trim`, as SGLang's detokenizer does. Errors (prompt too long, bad
   params) answer HTTP 400 with SGLang's `_create_error_response` body
   `{"error": {"message": str}}`.
 
-Per-token versions are a swerve extension. SGLang reports only `meta_info.weight_version`
-(the version at the time the response was built), so a client talking to SGLang tags tokens
-from its own pause/update bookkeeping; on our server it reads
-`meta_info["output_token_weight_versions"]` (see `token_weight_versions`). Entries are ints
-when the weight version string is a decimal integer (swerve's policy versions are), else the
-string itself.
+Per-token versions: SGLang (0.5.23 on) reports `meta_info.weight_versions`, spans of output
+tokens each generated under one version; our server sends those and swerve's older per-token
+list `output_token_weight_versions`. `token_weight_versions` reads the spans, else the list; a
+server with neither (older SGLang) reports only `meta_info.weight_version`, and the client tags
+tokens from its own pause/update bookkeeping. Versions come back as ints when the weight version
+string is a decimal integer (swerve's policy versions are), else the string itself.
 
 Weight sync sequence (ANCHORS "Weight sync"):
     POST /pause_generation {"mode": "in_place"|"retract"}   # keep in-flight requests
@@ -86,6 +88,7 @@ PAUSE_MODES = (PAUSE_ABORT, PAUSE_RETRACT, PAUSE_IN_PLACE)
 
 # ---- swerve extensions (absent from SGLang responses) ----
 OUTPUT_TOKEN_WEIGHT_VERSIONS = "output_token_weight_versions"
+WEIGHT_VERSIONS = "weight_versions"
 
 DEFAULT_MAX_NEW_TOKENS = 128   # SGLang SamplingParams default
 
@@ -230,13 +233,46 @@ def parse_generate_response(item: Dict[str, Any]) -> GenerateOutput:
 
 
 def token_weight_versions(item: Dict[str, Any]) -> Optional[List[Union[int, str]]]:
-    """The swerve per-token version list, or None when the server (SGLang) lacks it."""
-    versions = item.get("meta_info", {}).get(OUTPUT_TOKEN_WEIGHT_VERSIONS)
+    """Each output token's weight version: from SGLang's spans, else swerve's per-token list;
+    None when the server reports neither (older SGLang)."""
+    meta = item.get("meta_info", {})
+    spans = meta.get(WEIGHT_VERSIONS)
+    if spans is not None:
+        count = item.get("output_ids")
+        count = len(count) if count is not None else len(meta.get("output_token_logprobs") or [])
+        return spans_to_tokens(spans, count)
+    versions = meta.get(OUTPUT_TOKEN_WEIGHT_VERSIONS)
     return None if versions is None else list(versions)
 
 
+def version_spans(versions: List[Union[int, str]]) -> List[Dict[str, Any]]:
+    """Per-token versions -> SGLang's spans [{"version": str, "start", "end"}] (one empty span at
+    0 for no tokens, as SGLang writes)."""
+    spans: List[Dict[str, Any]] = []
+    for i, version in enumerate(versions):
+        if spans and spans[-1]["version"] == str(version):
+            spans[-1]["end"] = i + 1
+        else:
+            spans.append({"version": str(version), "start": i, "end": i + 1})
+    return spans
+
+
+def spans_to_tokens(spans: List[Dict[str, Any]], count: int) -> List[Union[int, str]]:
+    """SGLang's spans -> one version per output token. They must tile [0, count) in order:
+    anything else would tag some token with a version that did not produce it."""
+    versions: List[Union[int, str]] = []
+    for span in spans:
+        start, end = int(span["start"]), int(span["end"])
+        if start != len(versions) or end < start:
+            raise ValueError(f"weight_versions spans do not tile the output in order: {spans}")
+        versions += [version_tag(span["version"])] * (end - start)
+    if len(versions) != count:
+        raise ValueError(f"weight_versions spans cover {len(versions)} tokens of {count}: {spans}")
+    return versions
+
+
 def version_tag(weight_version: str) -> Union[int, str]:
-    """How one weight version appears in `output_token_weight_versions`."""
+    """How one weight version appears per token (`output_token_weight_versions`, expanded spans)."""
     text = str(weight_version).strip()
     if text.lstrip("-").isdigit():
         return int(text)

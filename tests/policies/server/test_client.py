@@ -147,6 +147,37 @@ def test_per_token_versions_win_and_default_version_falls_back():
     assert out.versions == [5, 5, 5] and out.finish_reason == "length"
 
 
+def test_sglangs_weight_version_spans_tag_each_token_and_win_over_the_old_list():
+    item = json.loads(json.dumps(SGLANG_RESPONSE))
+    # SGLang 0.5.23: a request that ran across an update (pause in_place / retract).
+    item["meta_info"]["weight_versions"] = [{"version": "2", "start": 0, "end": 1},
+                                            {"version": "3", "start": 1, "end": 3}]
+    item["meta_info"]["output_token_weight_versions"] = [9, 9, 9]  # ignored when spans are there
+    assert parse_generate(item, 0).versions == [2, 3, 3]
+    del item["output_ids"]  # counted from the logprobs then, as the ids are
+    assert parse_generate(item, 0).versions == [2, 3, 3]
+
+
+@pytest.mark.parametrize("spans", [
+    [{"version": "2", "start": 0, "end": 2}],  # covers 2 of 3 tokens
+    [{"version": "2", "start": 0, "end": 1}, {"version": "3", "start": 2, "end": 3}],  # a gap
+    [{"version": "3", "start": 1, "end": 3}, {"version": "2", "start": 0, "end": 1}],  # out of order
+])
+def test_spans_that_do_not_tile_the_output_are_an_error(spans):
+    item = json.loads(json.dumps(SGLANG_RESPONSE))
+    item["meta_info"]["weight_versions"] = spans
+    with pytest.raises(ValueError, match="weight_versions spans"):
+        parse_generate(item, 0)
+
+
+def test_version_spans_round_trip():
+    from policies.server.protocol import spans_to_tokens, version_spans
+
+    for versions in ([], [4], [1, 1, 2, 2, 2, 1], [0, 1, 2]):
+        assert spans_to_tokens(version_spans(versions), len(versions)) == versions
+    assert version_spans([1, 1, 2]) == [{"version": "1", "start": 0, "end": 2}, {"version": "2", "start": 2, "end": 3}]
+
+
 def test_abort_and_token_ids_from_logprobs_when_output_ids_absent():
     item = json.loads(json.dumps(SGLANG_RESPONSE))
     del item["output_ids"]

@@ -93,6 +93,7 @@ def test_generate_returns_token_ids_and_one_logprob_per_token(server, model):
     assert [entry[1] for entry in meta["output_token_logprobs"]] == out["output_ids"]
     assert all(entry[2] is None for entry in meta["output_token_logprobs"])
     assert meta["output_token_weight_versions"] == [0] * 6
+    assert meta["weight_versions"] == [{"version": "0", "start": 0, "end": 6}]  # SGLang's spans
     assert meta["weight_version"] == "0"
     assert isinstance(out["text"], str)
     # The behaviour log-probs are what the trainer recomputes (greedy reports T=1).
@@ -271,6 +272,8 @@ def test_weight_update_mid_request_tags_later_tokens_only(model_path, tmp_path, 
             switch = versions.index(1)
             assert 0 < switch < n
             assert versions == [0] * switch + [1] * (n - switch)
+            assert body["meta_info"]["weight_versions"] == [{"version": "0", "start": 0, "end": switch},
+                                                            {"version": "1", "start": switch, "end": n}]
             assert body["meta_info"]["weight_version"] == "1"
         # New requests run on the new weights.
         fresh = post(url, protocol.GENERATE, gen_body([5, 6, 7], max_new_tokens=3))[1]
