@@ -220,7 +220,7 @@ class EngineActor:
         if seed is not None and so_far.token_ids:
             seed = (seed + 7919 * len(so_far.token_ids)) % 2**31  # a resumed segment draws fresh randomness
         body = generate_body(request, rid, budget - len(so_far.token_ids),
-                             list(request.prompt_ids) + so_far.token_ids, seed)
+                             list(request.prompt_ids) + so_far.token_ids, seed, with_priority=self.cfg.priority == "age")
         try:
             answer = self.client.generate_raw(body)
         except EngineHTTPError as err:

@@ -12,12 +12,12 @@ from typing import Optional
 
 from actors.faults import FaultPlan
 from actors.sample_collector import STOP
-from actors.trajectory import Trajectory, WorkItem
+from actors.trajectory import Trajectory, WorkItem, oldest_version
 from configs.schema import EnvConfig, RolloutConfig, SandboxConfig
 from envs.make import make_env
 from envs.outcomes import InfraError, InfraSource, Outcome
 from policies.conversation import Conversation
-from policies.sample_types import SampleRequest
+from policies.sample_types import SampleRequest, age_priority
 from policies.chat_tokenizer import load_chat_tokenizer
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,12 @@ class EpisodeActor:
             room = self.cfg.max_total_tokens - len(conv.token_ids)
             if room <= 0:
                 break  # token cap: stays TRUNCATED
+            # Oldest first: the version of its oldest generated token, as the staleness bound counts.
+            oldest = oldest_version(conv.versions, conv.loss_mask, work.admitted_version)
             request = SampleRequest(list(conv.token_ids), min(self.cfg.max_tokens_per_turn, room),
                                     self.cfg.temperature, self.cfg.top_p, self.stop_ids,
-                                    seed=(work.seed * 1009 + turn) % 2**31)
+                                    seed=(work.seed * 1009 + turn) % 2**31,
+                                    priority=age_priority(oldest, traj.started_s))
             out = self.engines.generate(request, sticky_key)
             text = conv.append_generation(out.token_ids, out.logprobs, out.versions)
             obs, reward, terminated, truncated, info = self.env.step(text)

@@ -8,6 +8,11 @@ from envs.outcomes import Outcome
 from policies.sample_types import TrainSample  # the trainer's input, defined where policies/ can use it
 
 
+def oldest_version(versions: list[int], loss_mask: list[int], admitted_version: int) -> int:
+    """Policy version of the oldest generated token (mask 1); admitted_version when none was."""
+    return min((v for v, m in zip(versions, loss_mask) if m), default=admitted_version)
+
+
 @dataclass(frozen=True)
 class WorkItem:
     task: Any  # an envs.tasks.Task (or whatever the configured env takes as options["task"])
@@ -56,8 +61,7 @@ class Trajectory:
     @property
     def oldest_version(self) -> int:
         """Version of the oldest generated token; the admission version when none was generated."""
-        generated = [v for v, m in zip(self.versions, self.loss_mask) if m]
-        return min(generated) if generated else self.admitted_version
+        return oldest_version(self.versions, self.loss_mask, self.admitted_version)
 
     def summary(self) -> dict:
         return {

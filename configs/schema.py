@@ -103,10 +103,20 @@ class EngineConfig:
     mem_fraction: float = 0.85
     tp_size: int = 1
     # How in-flight requests are held during a weight update when the server tags every token
-    # with its version (ours): "retract" (KV recomputed with the new weights) or "in_place"
-    # (KV kept). Servers without per-token versions (SGLang) are paused with "abort" and each
-    # request resumes from its partial output, so versions stay exact.
+    # with its version (ours; SGLang >= 0.5.23 with its weight_versions spans): "retract" (KV
+    # recomputed with the new weights) or "in_place" (KV kept). Servers without per-token
+    # versions (older SGLang) are paused with "abort" and each request resumes from its partial
+    # output, so versions stay exact.
     pause_mode: Literal["retract", "in_place"] = "retract"
+    # Which requests an engine serves first when it cannot serve all: "age" (straggler-first)
+    # the oldest trajectories (the policy version of their first token, then their start time),
+    # so the ones that hold a batch back at the staleness bound finish sooner; "fifo" arrival
+    # order. SGLang: --enable-priority-scheduling and each request's `priority` (larger first).
+    priority: Literal["age", "fifo"] = "age"
+    # backend cpu: a waiting request preempts the lowest-priority running one when the batch is
+    # full and its priority is higher by more than this (SGLang's flag of the same name). Age
+    # priorities differ by 10 per second of start time and by far more per policy version.
+    priority_preemption_threshold: int = 10
     # Where weight updates are written as safetensors for /update_weights_from_disk;
     # empty: /dev/shm when writable, else the system temporary directory.
     weights_dir: str = ""

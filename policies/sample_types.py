@@ -17,6 +17,8 @@ class SampleRequest:
     top_p: float = 1.0
     stop_token_ids: Tuple[int, ...] = ()
     seed: Optional[int] = None
+    # Larger is served first (SGLang's sense); None: lowest. See age_priority.
+    priority: Optional[int] = None
 
 
 @dataclass
@@ -36,3 +38,14 @@ class TrainSample:
     advantage: float
     # Policy version that generated each token (the trainer compares log-probs at its own version).
     versions: List[int] = field(default_factory=list)
+
+
+# Age priorities: one policy version outweighs any start-time difference (10**12 deciseconds
+# is 3,000 years); within a version, 10 per second of start time.
+_VERSION_STRIDE = 10**12
+
+
+def age_priority(oldest_version: int, started_s: float) -> int:
+    """Straggler-first priority (engine.priority=age): the older a trajectory (its oldest token's
+    policy version, then its start time, s since the epoch), the larger."""
+    return -(oldest_version * _VERSION_STRIDE + int(started_s * 10))

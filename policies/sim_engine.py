@@ -6,7 +6,9 @@ version), so the real routers, episode actors, sandboxes, collector and driver r
 
 - Batching: one decode loop; a step of b running requests (at most engine.max_batch_size, the
   rest queue) takes step_base_s + step_per_request_s * b and gives each one token, so a batch
-  that drains in the tail runs nearly idle, as a real engine's does.
+  that drains in the tail runs nearly idle, as a real engine's does. Which requests run when
+  more are active than fit: engine.priority "fifo" the earliest, "age" the largest `priority`
+  (then the earliest), chosen again every step (preemption, as SGLang's priority scheduling).
 - Replies are a scripted agent's: at a trajectory's first turn a plan is drawn from the request's
   seed (tokens per reply, the turn it submits at or never), and every reply carries it
   (`[sim plan LxK turn T]`), so the engine keeps no state per trajectory and any engine can
@@ -63,8 +65,9 @@ def workload_means(cfg: SimEngineConfig, max_turns: int, samples: int = 100_000,
 
 
 class _Request:
-    def __init__(self, ids: list[int], finish_reason: str):
+    def __init__(self, ids: list[int], finish_reason: str, priority: Optional[int]):
         self.ids, self.finish_reason = ids, finish_reason
+        self.priority = float("-inf") if priority is None else priority
         self.versions: list[int] = []
         self.done = threading.Event()
 
@@ -115,7 +118,8 @@ class SimEngine:
         budget = min(request.max_new_tokens, self.cfg.max_context_tokens - len(request.prompt_ids))
         if budget <= 0:
             return SampleOutput([], [], [], FINISH_LENGTH)
-        req = _Request(ids[:budget], FINISH_STOP if len(ids) <= budget else FINISH_LENGTH)
+        req = _Request(ids[:budget], FINISH_STOP if len(ids) <= budget else FINISH_LENGTH,
+                       request.priority if self.cfg.priority == "age" else None)
         with self._cv:
             self._active.append(req)
             self._cv.notify_all()
@@ -131,7 +135,7 @@ class SimEngine:
                     self._cv.wait()
                 if self._closing:
                     return
-                running, version = self._active[: self.cfg.max_batch_size], self._version
+                running, version = self._running(), self._version
             started = time.perf_counter()
             time.sleep(self.sim.step_base_s + self.sim.step_per_request_s * len(running))
             with self._cv:
@@ -143,6 +147,13 @@ class SimEngine:
                     if len(req.versions) == len(req.ids):
                         self._active.remove(req)
                         req.done.set()
+
+    def _running(self) -> list[_Request]:
+        """The requests this step decodes (lock held): _active is in arrival order, and a stable
+        sort by priority keeps arrival order among equals."""
+        if self.cfg.priority == "age":
+            return sorted(self._active, key=lambda r: -r.priority)[: self.cfg.max_batch_size]
+        return self._active[: self.cfg.max_batch_size]
 
     # -- weights and health -------------------------------------------------------------
     def update_weights(self, state_dict: Optional[dict], version: int) -> int:

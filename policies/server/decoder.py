@@ -7,7 +7,7 @@ cache for its conversation's next turn before the scheduler tells its caller.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
 from transformers import PreTrainedModel
@@ -82,18 +82,23 @@ class Decoder:
             self.batch.keep(keep)
         return finished
 
-    def retract_over(self, max_total_tokens: int) -> List[Request]:
+    def retract_over(self, max_total_tokens: int,
+                     victim: Callable[[List[Request]], int] = lambda rows: len(rows) - 1) -> List[Request]:
         """Decode growth past the KV pool (possible only when max_total_tokens is below
-        max_batch_size * max_context_tokens): the newest rows leave, newest first, as SGLang
-        retracts; the caller queues them to be re-prefilled from their tokens so far."""
+        max_batch_size * max_context_tokens): rows leave one at a time, `victim` choosing which
+        (default the newest, as SGLang retracts); the caller queues them to be re-prefilled
+        from their tokens so far."""
         retracted = []
         while len(self.batch) > 1 and sum(r._kv_len + 2 for r in self.batch.requests) > max_total_tokens:
-            victim = len(self.batch) - 1
-            request = self.batch.requests[victim]
-            self.batch.keep(list(range(victim)))
-            request._kv_len = 0
-            retracted.append(request)
+            retracted.append(self.retract(victim(self.batch.requests)))
         return retracted
+
+    def retract(self, index: int) -> Request:
+        """Row `index` leaves the batch with its KV (recomputed when it is admitted again)."""
+        request = self.batch.requests[index]
+        self.batch.keep([i for i in range(len(self.batch)) if i != index])
+        request._kv_len = 0
+        return request
 
     def load_weights(self, state_dict: Dict[str, torch.Tensor]) -> List[str]:
         """Copy new weights into the model (every tensor checked first: nothing is copied when

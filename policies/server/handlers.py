@@ -141,11 +141,13 @@ def build_app(state: ServerState) -> web.Application:
             rids = _per_item(body.get("rid"), len(prompts), batch, "rid")
             logprob_flags = _per_item(body.get("return_logprob"), len(prompts), batch,
                                       "return_logprob")
+            priorities = _per_item(body.get("priority"), len(prompts), batch, "priority")
             items = []
-            for prompt, param, rid, want_logprob in zip(prompts, params, rids, logprob_flags):
+            for prompt, param, rid, want_logprob, priority in zip(prompts, params, rids, logprob_flags, priorities):
                 item = Request(prompt_ids=[int(t) for t in prompt],
                                params=protocol.SamplingParams.from_json(param),
-                               return_logprob=bool(want_logprob))
+                               return_logprob=bool(want_logprob),
+                               priority=None if priority is None else int(priority))
                 if rid is not None:
                     item.rid = str(rid)
                 items.append(item)

@@ -31,6 +31,10 @@ class ServerConfig:
     torch_threads: int = EngineConfig.torch_threads
     # KV of finished requests kept for their conversation's next turn (0: no prefix cache).
     prefix_cache_tokens: int = EngineConfig.prefix_cache_tokens
+    # SGLang's --enable-priority-scheduling: requests' `priority` orders the queue (larger first)
+    # and a full batch yields its lowest row to a request higher by more than the threshold.
+    enable_priority_scheduling: bool = False
+    priority_scheduling_preemption_threshold: int = EngineConfig.priority_preemption_threshold
 
 
 def engine_server_config(model_path: str, engine: EngineConfig, host: str = ENGINE_HOST,
@@ -38,7 +42,9 @@ def engine_server_config(model_path: str, engine: EngineConfig, host: str = ENGI
     """The server an engine of this config runs (`swerve serve`)."""
     return ServerConfig(model_path=model_path, host=host, port=port, max_batch_size=engine.max_batch_size,
                         max_context_tokens=engine.max_context_tokens, torch_threads=engine.torch_threads,
-                        prefix_cache_tokens=engine.prefix_cache_tokens)
+                        prefix_cache_tokens=engine.prefix_cache_tokens,
+                        enable_priority_scheduling=engine.priority == "age",
+                        priority_scheduling_preemption_threshold=engine.priority_preemption_threshold)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -62,6 +68,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefix-cache-tokens", type=int, default=defaults.prefix_cache_tokens,
                         help="KV tokens of finished requests kept for the next turn (0: off; "
                              "SGLang's radix cache plays this part)")
+    parser.add_argument("--enable-priority-scheduling", action="store_true",
+                        help="serve larger `priority` first (SGLang's flag); off: arrival order")
+    parser.add_argument("--priority-scheduling-preemption-threshold", type=int,
+                        default=defaults.priority_scheduling_preemption_threshold)
     parser.add_argument("--log-level", default="warning")
     return parser
 

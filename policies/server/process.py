@@ -45,14 +45,23 @@ def _cpu_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
             "--max-running-requests", str(cfg.max_batch_size),
             "--torch-threads", str(cfg.torch_threads),
             "--prefix-cache-tokens", str(cfg.prefix_cache_tokens),
-            "--weight-version", "0"]
+            "--weight-version", "0", *_priority_flags(cfg)]
 
 
 def _sglang_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
     return [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path,
             "--context-length", str(cfg.max_context_tokens),
             "--mem-fraction-static", str(cfg.mem_fraction), "--tp-size", str(cfg.tp_size),
-            "--host", ENGINE_HOST, "--port", str(port), "--weight-version", "0"]
+            "--host", ENGINE_HOST, "--port", str(port), "--weight-version", "0", *_priority_flags(cfg)]
+
+
+def _priority_flags(cfg: EngineConfig) -> list[str]:
+    """engine.priority=age: SGLang's priority scheduling (larger `priority` first, its default
+    sense; both servers take the same flags). fifo sends no priorities, so none are enabled."""
+    if cfg.priority != "age":
+        return []
+    return ["--enable-priority-scheduling",
+            "--priority-scheduling-preemption-threshold", str(cfg.priority_preemption_threshold)]
 
 
 # engine.backend -> the command line of its server; every EngineBackend but "sim" (which runs in

@@ -124,6 +124,8 @@ class GenerateReqInput:
     sampling_params: Union[Dict[str, Any], List[Dict[str, Any]], None] = None
     rid: Union[str, List[str], None] = None
     return_logprob: Union[bool, List[bool], None] = None
+    # Larger is served first by a server started with --enable-priority-scheduling (SGLang).
+    priority: Optional[int] = None
     stream: bool = False
 
     def to_json(self) -> Dict[str, Any]:
@@ -145,6 +147,7 @@ def generate_request(
     skip_special_tokens: bool = True,
     no_stop_trim: bool = False,
     sampling_seed: Optional[int] = None,
+    priority: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The JSON body of one `POST /generate` (works against SGLang and the CPU server)."""
     params: Dict[str, Any] = {
@@ -158,7 +161,7 @@ def generate_request(
         params["sampling_seed"] = int(sampling_seed)
     return GenerateReqInput(
         input_ids=[int(t) for t in input_ids], sampling_params=params, rid=rid,
-        return_logprob=return_logprob,
+        return_logprob=return_logprob, priority=None if priority is None else int(priority),
     ).to_json()
 
 

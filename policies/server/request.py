@@ -23,6 +23,7 @@ class Request:
     params: protocol.SamplingParams
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
     return_logprob: bool = False
+    priority: Optional[int] = None    # larger first under priority scheduling; None: lowest
     # Called once, from the scheduler thread, when the request finishes (any reason).
     on_done: Optional[Callable[["Request"], None]] = None
 

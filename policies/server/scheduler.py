@@ -56,10 +56,15 @@ class Scheduler:
         max_prefill_tokens: Optional[int] = None,
         weight_version: str = "0",
         eos_token_ids: Iterable[int] = (),
+        priority_preemption_threshold: Optional[int] = None,
     ):
         """The engine's sizes come from policies.server.options.ServerConfig (defaults:
         configs.schema.EngineConfig). Unset max_total_tokens: room for a full batch of full
-        contexts; unset max_prefill_tokens: one full context (at least 1024) per step."""
+        contexts; unset max_prefill_tokens: one full context (at least 1024) per step.
+        priority_preemption_threshold set: priority scheduling (SGLang's): the queue is served
+        by `priority` (larger first, then arrival), a full batch yields its lowest row to a
+        waiting request higher by more than the threshold, and KV pressure retracts the lowest
+        row first. None: arrival order."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if max_context_tokens < 2:
@@ -70,6 +75,7 @@ class Scheduler:
         self.max_total_tokens = max_total_tokens or max_batch_size * max_context_tokens
         self.max_prefill_tokens = max_prefill_tokens or max(max_context_tokens, 1024)
         self.weight_version = str(weight_version)
+        self.priority_threshold = priority_preemption_threshold
         self.decoder = Decoder(model, eos_token_ids, prefix_cache_tokens)  # scheduler thread only
 
         self._lock = threading.Lock()
@@ -240,11 +246,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ admission, steps
     def _admit(self) -> List[Request]:
-        """Waiting requests that fit (FIFO): batch rows, the KV-token pool and the per-step
-        prefill budget; an idle batch always admits its first request."""
+        """Waiting requests that fit (in queue order): batch rows, the KV-token pool and the
+        per-step prefill budget; an idle batch always admits its first request."""
         admitted: List[Request] = []
         batch = self.decoder.batch
         with self._lock:
+            if self.priority_threshold is not None:
+                self._by_priority()
             kv_used = batch.kv_tokens()
             prefill_tokens = 0
             while self._waiting and len(batch) + len(admitted) < self.max_batch_size:
@@ -257,6 +265,19 @@ class Scheduler:
                 prefill_tokens += need
         return admitted
 
+    def _by_priority(self) -> None:
+        """Queue order by priority; then, while the batch is full, the queue's head preempts
+        the lowest running row if it is higher by more than the threshold (lock held)."""
+        self._waiting = collections.deque(sorted(self._waiting, key=_queue_key))
+        rows = self.decoder.batch.requests
+        while self._waiting and len(rows) >= self.max_batch_size:
+            low = _lowest(rows)
+            if _priority(self._waiting[0]) <= _priority(rows[low]) + self.priority_threshold:
+                return
+            self._waiting.append(self.decoder.retract(low))
+            self._waiting = collections.deque(sorted(self._waiting, key=_queue_key))
+            rows = self.decoder.batch.requests
+
     def _prefill_admitted(self) -> None:
         todo = []
         for request in self._admit():
@@ -268,7 +289,10 @@ class Scheduler:
             self._finish_all(self.decoder.prefill(todo, protocol.version_tag(self.weight_version)), len(todo))
 
     def _decode_step(self) -> None:
-        retracted = self.decoder.retract_over(self.max_total_tokens)
+        if self.priority_threshold is None:
+            retracted = self.decoder.retract_over(self.max_total_tokens)
+        else:
+            retracted = self.decoder.retract_over(self.max_total_tokens, _lowest)
         with self._lock:
             for request in retracted:  # newest first: the queue's head keeps arrival order
                 self._waiting.appendleft(request)
@@ -335,3 +359,16 @@ class Scheduler:
         for _, future in commands:
             if not future.done():
                 future.set_exception(RuntimeError(message))
+
+
+def _priority(request: Request) -> float:
+    return float("-inf") if request.priority is None else request.priority
+
+
+def _queue_key(request: Request) -> tuple:
+    return -_priority(request), request.created
+
+
+def _lowest(rows: List[Request]) -> int:
+    """The row priority scheduling gives up first: lowest priority, the newest among equals."""
+    return min(range(len(rows)), key=lambda i: (_priority(rows[i]), -rows[i].created))

@@ -32,6 +32,8 @@ class ServerState:
             max_context_tokens=cfg.max_context_tokens, max_total_tokens=cfg.max_total_tokens,
             max_prefill_tokens=cfg.max_prefill_tokens, weight_version=cfg.weight_version,
             eos_token_ids=_eos_token_ids(self.model), prefix_cache_tokens=cfg.prefix_cache_tokens,
+            priority_preemption_threshold=(cfg.priority_scheduling_preemption_threshold
+                                           if cfg.enable_priority_scheduling else None),
         )
         config = self.model.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

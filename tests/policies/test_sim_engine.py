@@ -2,6 +2,7 @@
 import random
 import statistics
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -101,3 +102,26 @@ def test_reference_workload_matches_its_calibration():
     heavy = replace(SimEngineConfig(), **WORKLOADS["heavy_tail"])
     tail = sorted(draw_plan(heavy, rng).tokens_per_turn for _ in range(20_000))
     assert tail[-1] / tail[0] > 3 * 2.5 and statistics.median(tail) < statistics.fmean(tail)  # a long right tail
+
+
+@pytest.mark.parametrize("priority,first", [("age", "old"), ("fifo", "young")])
+def test_a_full_batch_decodes_the_oldest_trajectories_first_under_age_priority(model_path, priority, first):
+    cfg = EngineConfig(backend="sim", max_batch_size=1, priority=priority,
+                       sim=replace(FAST, tokens_per_turn_min=60, tokens_per_turn_max=60))
+    engine = SimEngine(0, cfg, model_path)
+    finished = []
+    try:
+        def generate(name, prio):
+            engine.generate(SampleRequest([1, 2, 3], 400, seed=1, priority=prio))
+            finished.append(name)
+        young = threading.Thread(target=generate, args=("young", -100))
+        young.start()
+        while not engine.stats()["running"]:
+            time.sleep(0.001)
+        old = threading.Thread(target=generate, args=("old", 100))  # arrives later, older trajectory
+        old.start()
+        young.join(30)
+        old.join(30)
+        assert finished[0] == first and len(finished) == 2
+    finally:
+        engine.close()

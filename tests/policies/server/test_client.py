@@ -199,6 +199,17 @@ def test_generate_body_is_sglang_native():
     params = body["sampling_params"]
     assert params["max_new_tokens"] == 8 and params["temperature"] == 0.7 and params["top_p"] == 0.9
     assert params["stop_token_ids"] == [2] and params["sampling_seed"] == 4 and params["no_stop_trim"] is True
+    assert "priority" not in body  # fifo: a server without priority scheduling gets none
+
+
+def test_age_priority_is_sent_only_when_the_engine_schedules_by_it():
+    from policies.sample_types import age_priority
+
+    request = SampleRequest([1, 2], 4, priority=age_priority(2, 1_800_000_000.0))
+    assert generate_body(request, "r", with_priority=True)["priority"] == request.priority
+    assert "priority" not in generate_body(request, "r")
+    # Older first: an older policy version outranks any start time; then the earlier start.
+    assert age_priority(1, 2e9) > age_priority(2, 1e9) and age_priority(2, 1e9) > age_priority(2, 1e9 + 1)
 
 
 @pytest.fixture(scope="module")

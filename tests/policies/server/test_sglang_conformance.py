@@ -22,7 +22,7 @@ import typing
 import pytest
 
 from configs.schema import EngineConfig
-from policies.sample_types import SampleRequest
+from policies.sample_types import SampleRequest, age_priority
 from policies.server import client, process, protocol, sglang_side
 from policies.server.app import start_server
 
@@ -55,6 +55,7 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 LAUNCH_CASES = {
     "defaults": EngineConfig(backend="sglang"),
+    "fifo": EngineConfig(backend="sglang", priority="fifo"),
     "tp2-32k-mem0.7": EngineConfig(backend="sglang", tp_size=2, max_context_tokens=32768, mem_fraction=0.7),
     "tp1-2k-mem0.9-server-args": EngineConfig(backend="sglang", tp_size=1, max_context_tokens=2048,
                                               mem_fraction=0.9, server_args=["--log-level", "warning"]),
@@ -69,6 +70,8 @@ GENERATE_CASES = {
     "stop-ids-budget-override": (SampleRequest([9, 10], max_new_tokens=50, temperature=1.0, stop_token_ids=(2, 3)),
                                  {"max_new_tokens": 3}),
     "prompt-and-seed-override": (SampleRequest([1], max_new_tokens=2), {"prompt_ids": [4, 4, 4], "seed": 3}),
+    # engine.priority=age: straggler-first (an age priority, policies/sample_types.age_priority).
+    "age-priority": (SampleRequest([5, 6], max_new_tokens=3, priority=age_priority(3, 1.8e9)), {"with_priority": True}),
 }
 
 
@@ -289,7 +292,8 @@ def probe(served):
     payload = {"launch": {name: launch_argv(name) for name in LAUNCH_CASES},
                "fields": ["model_path", "tp_size", "context_length", "mem_fraction_static", "host", "port",
                           "weight_version", "log_level", "base_gpu_id", "gpu_id_step", "dp_size", "pp_size",
-                          "nnodes"],
+                          "nnodes", "enable_priority_scheduling", "schedule_low_priority_values_first",
+                          "schedule_policy", "priority_scheduling_preemption_threshold"],
                "generate": served["bodies"], "responses": served["responses"],
                "server_info": served["server_info"], "vocab_size": served["vocab_size"],
                "abort": [body for method, path, body in CONTROL_CALLS if path == protocol.ABORT_REQUEST]}
@@ -337,6 +341,12 @@ def test_launch_flags_set_the_server_args_we_mean(probe, name):
     assert client.parse_version(values["weight_version"], -1) == 0
     if "--log-level" in cfg.server_args:
         assert values["log_level"] == cfg.server_args[cfg.server_args.index("--log-level") + 1]
+    # engine.priority=age: SGLang schedules by priority, larger first (its default sense), and
+    # preempts at our threshold; fifo leaves priority scheduling off (and sends no priorities).
+    assert values["enable_priority_scheduling"] == (cfg.priority == "age")
+    if cfg.priority == "age":
+        assert values["schedule_low_priority_values_first"] is False and values["schedule_policy"] in ("fcfs", "lof")
+        assert values["priority_scheduling_preemption_threshold"] == cfg.priority_preemption_threshold
 
 
 # ---- b. request bodies ----------------------------------------------------------------------
