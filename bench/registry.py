@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.async_vs_sync import async_vs_sync
+from bench.multiturn_rollout import multiturn_rollout
 from bench.reliability import reliability
 from bench.scale import scale
 from bench.turn_overhead import turn_overhead
@@ -147,6 +148,7 @@ BENCHMARKS: dict[str, Callable[[Config, int], dict]] = {
     "scale": scale,
     "weight_sync": weight_sync,
     "reliability": reliability,
+    "multiturn_rollout": multiturn_rollout,
 }
 # Benchmarks that also write a report of their own next to the table.
 REPORTS: dict[str, Callable[[dict], None]] = {"reliability": _reliability_report}
@@ -181,6 +183,7 @@ KEY_FIGURES = {
     "scale": ("concurrent_episodes", "memory_per_episode_mb", "collector_completions_per_s"),
     "engine_throughput": ("ratio_batched_over_sequential",),
     "weight_sync": ("seconds_two_engines", "seconds_one_engine"),
+    "multiturn_rollout": ("tokens_per_s_cache_on", "tokens_per_s_cache_off", "token_identical"),
 }
 
 
