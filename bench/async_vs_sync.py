@@ -1,6 +1,8 @@
 """`swerve bench async_vs_sync`: the real driver, collector, episode actors and local sandboxes
 around a simulated engine (engine.backend=sim) and trainer (trainer.backend=sim), sync against
-async at several staleness bounds, next to the ideal bound each workload allows.
+async at several staleness bounds, next to the ideal bound each workload allows. The async runs
+are straggler-first (engine.priority=age); at the headline bound each workload also runs fifo
+(the default), side by side.
 
 The ideal bound is what a perfect pipeline reaches: the lesser of engine capacity (max batch
 over the time of a full decode step) divided by the workload's mean generated tokens per

@@ -69,7 +69,7 @@ def test_an_sglang_server_must_see_exactly_its_tp_size_gpus():
 
 def test_priority_scheduling_flags_follow_engine_priority():
     for backend in ("cpu", "sglang"):
-        age = server_command(EngineConfig(backend=backend, priority_preemption_threshold=7), "/m", 1)
+        age = server_command(EngineConfig(backend=backend, priority="age", priority_preemption_threshold=7), "/m", 1)
         at = age.index("--enable-priority-scheduling")
         assert age[age.index("--priority-scheduling-preemption-threshold") + 1] == "7" and at > 0
         assert "--enable-priority-scheduling" not in server_command(EngineConfig(backend=backend, priority="fifo"),

@@ -55,7 +55,7 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 LAUNCH_CASES = {
     "defaults": EngineConfig(backend="sglang"),
-    "fifo": EngineConfig(backend="sglang", priority="fifo"),
+    "age-priority": EngineConfig(backend="sglang", priority="age"),
     "tp2-32k-mem0.7": EngineConfig(backend="sglang", tp_size=2, max_context_tokens=32768, mem_fraction=0.7),
     "tp1-2k-mem0.9-server-args": EngineConfig(backend="sglang", tp_size=1, max_context_tokens=2048,
                                               mem_fraction=0.9, server_args=["--log-level", "warning"]),
