@@ -27,7 +27,7 @@ class PlacementShortfall(RuntimeError):
     """The cluster cannot hold the run's placement plan."""
 
 
-def _alive_gpu_nodes() -> list[tuple[str, dict]]:
+def _alive_nodes() -> list[tuple[str, dict]]:
     return [(n["NodeID"][:8], n["Resources"]) for n in ray.nodes() if n["Alive"]]
 
 
@@ -66,7 +66,7 @@ class Placement:
         self = cls(plan)
         if not plan["placement_groups"]:
             return self
-        check_fits(plan, _alive_gpu_nodes())
+        check_fits(plan, _alive_nodes())
         for spec in plan["placement_groups"]:
             self.groups[spec["name"]] = placement_group(spec["bundles"], strategy=spec["strategy"])
         try:
@@ -75,7 +75,7 @@ class Placement:
             self.release()
             raise PlacementShortfall(
                 f"the placement groups were not ready after {timeout_s:.0f} s (deadlines.placement_s): the cluster "
-                f"declares the GPUs but they are in use (by another job?); nodes: {_alive_gpu_nodes()}") from None
+                f"declares the GPUs but they are in use (by another job?); nodes: {_alive_nodes()}") from None
         if "trainer-pg" in self.groups:
             self.trainer_bundles = _ranks_by_node(self.groups["trainer-pg"])
         return self

@@ -86,10 +86,11 @@ def fault_run(cfg: Config, work: Path, steps: int, rates: dict = FAULT_RATES, ov
             "accounting": {k: acc[k] for k in COUNTERS}}
 
 
-# Short deadlines, so a hang is found in seconds (the defaults are sized for real models).
+# Short deadlines, so a hang is found in seconds (the defaults are sized for real models);
+# the sandbox ones also serve tests/actors/test_supervisor.py's sandbox faults.
+SANDBOX_FAULT_DEADLINES = ("sandbox.command_timeout_s=5", "env.swe.grade_timeout_s=10", "deadlines.sandbox_margin_s=5")
 ROLE_OVERRIDES = ("trainer.checkpoint_interval=1", "deadlines.train_step_s=20", "deadlines.engine_health_s=3",
-                  "engine.health_interval_s=1", "sandbox.command_timeout_s=5", "env.swe.grade_timeout_s=10",
-                  "deadlines.sandbox_margin_s=5")
+                  "engine.health_interval_s=1", *SANDBOX_FAULT_DEADLINES)
 
 
 def roles_run(cfg: Config, work: Path, steps: int) -> dict:

@@ -12,6 +12,7 @@ import pytest
 from actors.driver import train
 from actors.sample_collector import COUNTERS
 from actors.supervisor import RoleFailure, RunAborted, Supervisor, role_kind
+from bench.reliability import SANDBOX_FAULT_DEADLINES
 from bench.role_faults import AfterStep, hit
 from configs import load_config
 from configs.schema import RunConfig
@@ -98,16 +99,13 @@ def test_a_hung_engine_server_is_replaced_and_the_run_goes_on(ray_session, swerv
             time.sleep(0.1)
 
 
-SANDBOX_DEADLINES = ("sandbox.command_timeout_s=5", "env.swe.grade_timeout_s=10", "deadlines.sandbox_margin_s=5")
-
-
 @pytest.mark.slow
 def test_killed_or_hung_sandboxes_cost_their_episodes_not_the_run(ray_session, swerve_cache, tmp_path):
     """In one run: a sandbox actor killed, one that stops answering (found when a call outlives
     its time limit plus deadlines.sandbox_margin_s) and one whose command is stopped. The first
     two fail their episodes as infra_error(sandbox), which are re-run; the stopped command is
     ended by its own timeout, like any command that hangs."""
-    cfg = small(tmp_path, swerve_cache, "sandboxes", *SANDBOX_DEADLINES)
+    cfg = small(tmp_path, swerve_cache, "sandboxes", *SANDBOX_FAULT_DEADLINES)
     ns = f"swerve-{cfg.run.name}"
     faults = (("sandbox-0", "actor", signal.SIGKILL), ("sandbox-1", "actor", signal.SIGSTOP),
               ("sandbox-2", "command", signal.SIGSTOP))
