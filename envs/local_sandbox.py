@@ -8,6 +8,10 @@ is clean_env(), nothing of the host's (no API keys).
 Each lease also gets a cgroup (envs/cgroups.py) when the cgroup fs allows: pids.max and a
 memory limit over all its processes, and a kill that reaches processes which left the
 process group. Without one (no cgroup fs, not root) it degrades with a logged warning.
+A jailed lease keeps one exec server in its jail (envs/exec_channel.py) that starts each
+command as a fresh process; a jail a command left dirty (/tmp, /dev, SysV IPC) is replaced
+before the next command, and reset() always starts a fresh one, so grading never shares a
+jail with the agent's commands.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import List, Optional, get_args
 
 from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
 from envs.cgroups import LeaseCgroup
+from envs.exec_channel import JAIL_CODE_DIR, JAIL_CODE_MOUNT, ExecServer, ExecServerError, server_command
 from envs.container_sandbox import scrub_history_script
 from envs.outcomes import InfraError, InfraSource
 from envs.process import run_process
@@ -65,7 +70,8 @@ def _python_dirs() -> List[str]:
 
 def _bwrap_argv(bwrap: str, workspace: str) -> List[str]:
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    argv += ["--die-with-parent", "--hostname", "sandbox"]
+    # The exec server is the namespace's pid 1: no reaper of bwrap's in between.
+    argv += ["--die-with-parent", "--as-pid-1", "--hostname", "sandbox"]
     for name in _SYSTEM_DIRS:
         host = f"/{name}"
         if os.path.islink(host):
@@ -76,6 +82,7 @@ def _bwrap_argv(bwrap: str, workspace: str) -> List[str]:
     argv += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
     for prefix in _python_dirs():
         argv += ["--ro-bind", prefix, prefix]
+    argv += ["--ro-bind", str(JAIL_CODE_DIR), JAIL_CODE_MOUNT]
     argv += ["--bind", workspace, SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
     return argv
 
@@ -101,6 +108,7 @@ class LocalSandbox:
         self._task: Optional[Task] = None
         self._lease_dir: Optional[Path] = None
         self._cgroup: Optional[LeaseCgroup] = None
+        self._server: Optional[ExecServer] = None
         self._sh = shutil.which("sh") or "/bin/sh"
         # Seconds the last start() took, from request to a sandbox that ran its probe command.
         self.last_start_s: float = 0.0
@@ -130,20 +138,43 @@ class LocalSandbox:
         self.last_start_s = time.monotonic() - started_s
 
     def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
-        workspace = str(self.workspace)
         if timeout_s is None:
             timeout_s = self.config.command_timeout_s
-        limits = [
-            f"--as={self.config.memory_mb * _MIB}",
-            f"--nproc={self.config.max_processes}",
-            f"--fsize={self.config.max_file_mb * _MIB}",
-        ]
-        argv = [self._prlimit, *limits, "--"]
+        if not self.isolated:
+            return self._exec_unjailed(command, timeout_s)
+        try:
+            server = self._server or self._start_server()
+            fields = server.run(command, timeout_s, self.config.max_output_bytes)
+        except (OSError, ExecServerError) as error:
+            self._stop_server(hung=isinstance(error, ExecServerError) and error.hung)
+            raise InfraError(InfraSource.SANDBOX, f"exec server: {error}") from error
+        finally:
+            if self._cgroup is not None:
+                self._cgroup.kill_all()  # the server killed them all already; this makes sure
+        if not fields.pop("clean"):
+            self._stop_server()  # the next command gets a fresh /tmp and /dev
+        return ExecResult(**fields, timeout_s=timeout_s)
+
+    def _limits(self) -> List[str]:
+        return [self._prlimit, f"--as={self.config.memory_mb * _MIB}", f"--nproc={self.config.max_processes}",
+                f"--fsize={self.config.max_file_mb * _MIB}", "--"]
+
+    def _start_server(self) -> ExecServer:
+        argv = [*self._limits(), *_bwrap_argv(self._bwrap, str(self.workspace)), *server_command(sys.executable, self._bash)]
+        procs = self._cgroup.procs_files if self._cgroup is not None else []
+        self._server = ExecServer(argv, clean_env(), str(self.workspace), procs, self._lease_dir / "exec-server.log")
+        return self._server
+
+    def _stop_server(self, hung: bool = False) -> None:
+        if self._server is not None:
+            self._server.stop(hung)
+            self._server = None
+
+    def _exec_unjailed(self, command: str, timeout_s: float) -> ExecResult:
+        workspace = str(self.workspace)
+        argv = [*self._limits(), self._bash, "-c", command]
         if self._cgroup is not None:
             argv = [self._sh, "-c", _JOIN_CGROUP, "sh", *self._cgroup.procs_files, "--", *argv]
-        if self.isolated:
-            argv += _bwrap_argv(self._bwrap, workspace)
-        argv += [self._bash, "-c", command]
         try:
             return run_process(argv, clean_env(), workspace, timeout_s, self.config.max_output_bytes)
         except OSError as error:
@@ -162,6 +193,7 @@ class LocalSandbox:
         target.write_text(content, encoding="utf-8")
 
     def reset(self) -> None:
+        self._stop_server()  # its jail binds the workspace directory that is replaced here
         shutil.rmtree(self.workspace)
         self._copy_workspace()
 
@@ -171,6 +203,7 @@ class LocalSandbox:
         return self._cgroup
 
     def close(self) -> None:
+        self._stop_server()
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None

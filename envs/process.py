@@ -1,56 +1,10 @@
-"""Run one command as its own process group with a deadline and a memory-bounded output capture."""
+"""Run one command on the host (no jail): envs/jail/run_command.py's loop, as an ExecResult."""
 from __future__ import annotations
 
-import os
-import selectors
-import signal
-import subprocess
-import time
 from typing import Mapping, Sequence
 
+from envs.jail.run_command import run_command
 from envs.sandbox import ExecResult
-
-TIMEOUT_EXIT_CODE = 124
-_READ_CHUNK_BYTES = 65536
-# How often the loop looks at the process while output is quiet.
-_POLL_INTERVAL_S = 0.05
-
-
-class CappedOutput:
-    """Keeps the first and last max_bytes/2 bytes of a stream and counts what fell in between."""
-
-    def __init__(self, max_bytes: int):
-        self.head_limit_bytes = max_bytes // 2
-        self.tail_limit_bytes = max_bytes - self.head_limit_bytes
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped_bytes = 0
-
-    def add(self, chunk: bytes) -> None:
-        room = self.head_limit_bytes - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        self.tail += chunk
-        excess = len(self.tail) - self.tail_limit_bytes
-        if excess > 0:
-            del self.tail[:excess]
-            self.dropped_bytes += excess
-
-    def text(self) -> str:
-        head = self.head.decode("utf-8", errors="replace")
-        tail = self.tail.decode("utf-8", errors="replace")
-        if not self.dropped_bytes:
-            return head + tail
-        return f"{head}\n[... {self.dropped_bytes} bytes of output elided ...]\n{tail}"
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        # The whole group already exited: nothing is left to kill.
-        return
 
 
 def run_process(
@@ -60,47 +14,4 @@ def run_process(
 
     Raises OSError when the process cannot be spawned.
     """
-    started_s = time.monotonic()
-    deadline_s = started_s + timeout_s
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,
-    )
-    captured = CappedOutput(max_output_bytes)
-    timed_out = False
-    stragglers_killed = False
-    with proc.stdout, selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while True:
-            remaining_s = deadline_s - time.monotonic()
-            if remaining_s <= 0:
-                timed_out = True
-                _kill_group(proc.pid)
-                break
-            if selector.select(min(remaining_s, _POLL_INTERVAL_S)):
-                chunk = os.read(proc.stdout.fileno(), _READ_CHUNK_BYTES)
-                if not chunk:
-                    break
-                captured.add(chunk)
-            if not stragglers_killed and proc.poll() is not None:
-                # Background children of a finished command would hold the pipe open.
-                _kill_group(proc.pid)
-                stragglers_killed = True
-    exit_code = proc.wait()
-    if timed_out:
-        exit_code = TIMEOUT_EXIT_CODE
-    elif exit_code < 0:
-        exit_code = 128 - exit_code  # shell convention for "killed by signal N"
-    return ExecResult(
-        exit_code=exit_code,
-        output=captured.text(),
-        timed_out=timed_out,
-        duration_s=time.monotonic() - started_s,
-        output_truncated=captured.dropped_bytes > 0,
-        timeout_s=timeout_s,
-    )
+    return ExecResult(**run_command(argv, env, cwd, timeout_s, max_output_bytes), timeout_s=timeout_s)

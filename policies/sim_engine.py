@@ -6,8 +6,10 @@ version), so the real routers, episode actors, sandboxes, collector and driver r
 
 - Batching: one decode loop; a step of b running requests (at most engine.max_batch_size, the
   rest queue) takes step_base_s + step_per_request_s * b and gives each one token, so a batch
-  that drains in the tail runs nearly idle, as a real engine's does. Which requests run when
-  more are active than fit: engine.priority "fifo" the earliest, "age" the largest `priority`
+  that drains in the tail runs nearly idle, as a real engine's does. Steps that cost nothing
+  (both zero: `swerve bench turn_overhead`'s zero-work engine) give each running request all
+  its tokens at once, so the engine's own thread hand-offs are not counted as decoding. Which
+  requests run when more are active than fit: engine.priority "fifo" the earliest, "age" the largest `priority`
   (then the earliest), chosen again every step (preemption, as SGLang's priority scheduling).
 - Replies are a scripted agent's: at a trajectory's first turn a plan is drawn from the request's
   seed (tokens per reply, the turn it submits at or never), and every reply carries it
@@ -137,13 +139,15 @@ class SimEngine:
                     return
                 running, version = self._running(), self._version
             started = time.perf_counter()
-            time.sleep(self.sim.step_base_s + self.sim.step_per_request_s * len(running))
+            step_s = self.sim.step_base_s + self.sim.step_per_request_s * len(running)
+            time.sleep(step_s)
             with self._cv:
                 self._busy_s += time.perf_counter() - started
                 self._steps += 1
-                self._tokens += len(running)
                 for req in running:
-                    req.versions.append(version)
+                    tokens = 1 if step_s > 0 else len(req.ids) - len(req.versions)
+                    req.versions += [version] * tokens
+                    self._tokens += tokens
                     if len(req.versions) == len(req.ids):
                         self._active.remove(req)
                         req.done.set()

@@ -121,8 +121,9 @@ def test_bwrap_hides_host_process_environments(make_sandbox, task_by_id, host_pr
     box.start(task_by_id["textkit-001"])
     result = box.exec(_read_environments(pid))
     assert secret not in result.output and "SWERVE_FAKE_API_KEY" not in result.output
-    # /proc/1 is the sandbox's own init, whose environment is the clean one.
-    assert "HOME=/tmp" in result.output and str(pid) not in result.output.split()
+    # /proc/1 is the lease's exec server: not dumpable, so a command cannot read its environment
+    # or open its pipes; the host pid is not in the jail's /proc.
+    assert "/proc/1/environ: Permission denied" in result.output and str(pid) not in result.output.split()
 
 
 def _home_probe(home: str) -> str:

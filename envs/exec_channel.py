@@ -1,0 +1,150 @@
+"""The host's end of a lease's exec server (envs/jail/exec_server.py): start it, send it
+commands, and end it when it crashed, hung or left the jail dirty.
+
+Starting a jail (bwrap's namespaces and mounts) is most of what a command used to cost; one
+server per lease pays it once, and each command is then one fork in the jail.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import List, Mapping, Optional, Sequence
+
+JAIL_CODE_DIR = Path(__file__).resolve().parent / "jail"
+# Where the jail sees JAIL_CODE_DIR (read-only).
+JAIL_CODE_MOUNT = "/run/swerve-exec"
+# What a command's reply may take beyond its own timeout: killing and reaping what it left.
+REPLY_GRACE_S = 15.0
+# How long a stopped server may take to exit on its own before it is killed.
+STOP_GRACE_S = 2.0
+_READ_CHUNK_BYTES = 1 << 20
+
+
+def _children(pid: int) -> List[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except FileNotFoundError:
+        return []  # it exited meanwhile
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a process (a group, when pid is negative) that may have exited meanwhile."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+
+
+class ExecServerError(Exception):
+    """The server crashed, hung or answered out of protocol: an infra error of the sandbox."""
+
+    def __init__(self, message: str, hung: bool = False):
+        super().__init__(message)
+        self.hung = hung
+
+
+def server_command(python: str, bash: str) -> List[str]:
+    # -E -s -S: nothing of the environment, no site: the server needs the standard library only.
+    return [python, "-E", "-s", "-S", f"{JAIL_CODE_MOUNT}/exec_server.py", bash]
+
+
+class ExecServer:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: str, cgroup_procs: Sequence[str],
+                 log_path: Path):
+        # argv ends with server_command(); the fds of cgroup_procs are appended to it.
+        self._fds = [os.open(path, os.O_WRONLY) for path in cgroup_procs]
+        self._log = open(log_path, "ab")
+        try:
+            self._proc = subprocess.Popen(
+                [*argv, *map(str, self._fds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                env=dict(env), cwd=cwd, start_new_session=True, pass_fds=self._fds,
+            )
+        except OSError:
+            self._close_files()
+            raise
+        self.log_path = log_path
+        self._buffer = bytearray()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def run(self, command: str, timeout_s: float, max_output_bytes: int) -> dict:
+        """`bash -c command`: run_command's fields and "clean"; raises ExecServerError when no
+        proper reply comes."""
+        request = json.dumps({"command": command, "timeout_s": timeout_s, "max_output_bytes": max_output_bytes})
+        try:
+            self._proc.stdin.write(request.encode() + b"\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as error:
+            raise ExecServerError(f"exec server is gone ({self._exit_status()}): {error}") from error
+        reply = self._read_line(time.monotonic() + timeout_s + REPLY_GRACE_S)
+        try:
+            fields = json.loads(reply)
+        except ValueError as error:
+            raise ExecServerError(f"exec server replied out of protocol: {reply[:200]!r}") from error
+        if "error" in fields:
+            raise ExecServerError(fields["error"])
+        return fields
+
+    def stop(self, hung: bool = False) -> None:
+        """End the jail; safe to call twice. Its pid 1 takes every process of the namespace along.
+
+        bwrap has to reap that pid 1: killed together, the server would be left a zombie of
+        an init that may never reap it. So the server goes first (EOF on its stdin, or SIGKILL
+        when it is hung), bwrap then exits by itself, and only then does its group get killed.
+        """
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            if hung or not self._exited_within(STOP_GRACE_S):
+                for pid in _children(self._proc.pid):
+                    _kill(pid)
+                if not self._exited_within(STOP_GRACE_S):
+                    _kill(-self._proc.pid)
+        self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            pipe.close()
+        self._close_files()
+
+    def _exited_within(self, timeout_s: float) -> bool:
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _read_line(self, deadline_s: float) -> bytes:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                remaining_s = deadline_s - time.monotonic()
+                if remaining_s <= 0:
+                    raise ExecServerError(f"exec server did not answer in time (log: {self.log_path})", hung=True)
+                if not selector.select(remaining_s):
+                    continue
+                chunk = os.read(self._proc.stdout.fileno(), _READ_CHUNK_BYTES)
+                if not chunk:
+                    raise ExecServerError(f"exec server is gone ({self._exit_status()}; log: {self.log_path})")
+                self._buffer += chunk
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        return line
+
+    def _exit_status(self) -> str:
+        try:
+            code: Optional[int] = self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        return f"exit status {code}"
+
+    def _close_files(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        self._log.close()
