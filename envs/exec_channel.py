@@ -23,6 +23,7 @@ REPLY_GRACE_S = 15.0
 # How long a stopped server may take to exit on its own before it is killed.
 STOP_GRACE_S = 2.0
 _READ_CHUNK_BYTES = 1 << 20
+_LOG_TAIL_BYTES = 2000
 
 
 def _children(pid: int) -> List[int]:
@@ -68,7 +69,7 @@ class ExecServer:
         except OSError:
             self._close_files()
             raise
-        self.log_path = log_path
+        self.log_path = log_path  # the server's stderr
         self._buffer = bytearray()
 
     @property
@@ -83,7 +84,7 @@ class ExecServer:
             self._proc.stdin.write(request.encode() + b"\n")
             self._proc.stdin.flush()
         except (BrokenPipeError, ValueError) as error:
-            raise ExecServerError(f"exec server is gone ({self._exit_status()}): {error}") from error
+            raise ExecServerError(f"exec server is gone ({self._exit_status()}){self._log_tail()}") from error
         reply = self._read_line(time.monotonic() + timeout_s + REPLY_GRACE_S)
         try:
             fields = json.loads(reply)
@@ -125,16 +126,25 @@ class ExecServer:
             while b"\n" not in self._buffer:
                 remaining_s = deadline_s - time.monotonic()
                 if remaining_s <= 0:
-                    raise ExecServerError(f"exec server did not answer in time (log: {self.log_path})", hung=True)
+                    raise ExecServerError(f"exec server did not answer in time{self._log_tail()}", hung=True)
                 if not selector.select(remaining_s):
                     continue
                 chunk = os.read(self._proc.stdout.fileno(), _READ_CHUNK_BYTES)
                 if not chunk:
-                    raise ExecServerError(f"exec server is gone ({self._exit_status()}; log: {self.log_path})")
+                    raise ExecServerError(f"exec server is gone ({self._exit_status()}){self._log_tail()}")
                 self._buffer += chunk
         line, _, rest = bytes(self._buffer).partition(b"\n")
         self._buffer = bytearray(rest)
         return line
+
+    def _log_tail(self) -> str:
+        """What the server wrote to stderr (a traceback, bwrap's complaint), for the error: the
+        log itself goes with the lease."""
+        self._log.flush()
+        with open(self.log_path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+            tail = handle.read().decode("utf-8", errors="replace").strip()
+        return f"; its stderr: {tail}" if tail else ""
 
     def _exit_status(self) -> str:
         try:

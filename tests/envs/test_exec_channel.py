@@ -99,3 +99,22 @@ def test_close_leaves_no_process_of_the_jail(jailed):
     jailed.exec("echo warm")
     jailed.close()
     assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+def test_a_server_that_cannot_start_fails_the_lease_start_with_its_stderr(make_sandbox, task_by_id, monkeypatch):
+    from envs import local_sandbox
+
+    monkeypatch.setattr(local_sandbox, "server_command",
+                        lambda python, bash: [python, "-E", "-s", "-S", f"{exec_channel.JAIL_CODE_MOUNT}/missing.py"])
+    box = make_sandbox(isolation="bwrap")
+    with pytest.raises(InfraError, match="exec server is gone.*missing.py"):
+        box.start(task_by_id["textkit-001"])
+
+
+def test_the_server_refuses_to_run_outside_a_pid_namespace_of_its_own():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-E", "-s", "-S", str(exec_channel.JAIL_CODE_DIR / "exec_server.py"),
+                             "/bin/bash"], input=b'{"command": "true"}\n', capture_output=True, timeout=30)
+    assert result.returncode != 0 and b"only as pid 1" in result.stderr and result.stdout == b""
