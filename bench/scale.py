@@ -7,7 +7,9 @@ then ends the fleet. A level runs only if the memory it is projected to need fit
 early if the machine runs short. Memory per concurrent episode is the marginal cost between
 levels (fixed costs such as the engine, trainer and Ray itself cancel). The collector's
 absorption rate is measured apart: completions per second it takes in, in its own process (its
-logic) and as a Ray actor fed by several client processes (what a run sees).
+logic) and as a Ray actor fed by several client processes (what a run sees), beside Ray's own
+floor for the same calls (an actor that only hands back a work item, one completion per call
+and BATCH per call) and the reference run's rate.
 """
 from __future__ import annotations
 
@@ -29,6 +31,24 @@ TRAJECTORY_TOKENS = 600
 ABSORB_S = 3.0
 ABSORB_CLIENTS = 4
 PIPELINE = 32  # exchanges each absorption client keeps in flight
+BATCH = 16  # completions per call in the batched floor
+REFERENCE_PER_S = 3480 / 3600  # the reference run's ~3,480 trajectories per hour (384 concurrent)
+
+
+class EchoSource:
+    """Ray's floor: takes finished trajectories and hands back a work item, keeping no books."""
+
+    def __init__(self, item):
+        self.item = item
+
+    def acquire(self, worker: str = ""):
+        return self.item
+
+    def exchange(self, traj, worker: str = ""):
+        return self.item
+
+    def exchange_many(self, trajs: list, worker: str = "") -> list:
+        return [self.item] * len(trajs)
 
 
 def available_mb() -> float:
@@ -101,15 +121,27 @@ def collector_absorption(seconds: float = ABSORB_S, clients: int = ABSORB_CLIENT
     in_process = count / seconds
 
     remote = RemoteCollector.options(num_cpus=0).remote(cfg, tasks, tasks, 0)
-    feed = ray.remote(num_cpus=0)(_feed)
-    refs = [feed.remote(remote, seconds, f"client-{i}") for i in range(clients)]
-    drained = 0
-    while ray.wait(refs, num_returns=len(refs), timeout=0.1)[1]:
-        drained += 1 if ray.get(remote.next_batch.remote(1.0)) is not None else 0
-    via_ray = sum(ray.get(refs)) / seconds
+    via_ray = _fed_rate(remote, seconds, clients, lambda: ray.get(remote.next_batch.remote(1.0)))
     ray.kill(remote)
-    return {"in_process_per_s": in_process, "via_ray_per_s": via_ray, "clients": clients, "pipeline": PIPELINE,
-            "trajectory_tokens": TRAJECTORY_TOKENS, "batches_drained": drained}
+    echo = ray.remote(num_cpus=0)(EchoSource).remote(item)
+    floor = _fed_rate(echo, seconds, clients)
+    floor_batched = _fed_rate(echo, seconds, clients, per_call=BATCH)
+    ray.kill(echo)
+    return {"in_process_per_s": in_process, "via_ray_per_s": via_ray, "ray_floor_per_s": floor,
+            "ray_floor_batched_per_s": floor_batched, "clients": clients, "pipeline": PIPELINE, "batch": BATCH,
+            "trajectory_tokens": TRAJECTORY_TOKENS}
+
+
+def _fed_rate(source, seconds: float, clients: int, drain=None, per_call: int = 1) -> float:
+    """Completions per second that `clients` feeding processes get through `source`."""
+    import ray
+
+    feed = ray.remote(num_cpus=0)(_feed)
+    refs = [feed.remote(source, seconds, f"client-{i}", per_call) for i in range(clients)]
+    while ray.wait(refs, num_returns=len(refs), timeout=0.1)[1]:
+        if drain is not None:
+            drain()  # batches leave the collector as the trainer takes them
+    return sum(ray.get(refs)) / seconds
 
 
 def _finished(item):
@@ -122,15 +154,21 @@ def _finished(item):
                       started_s=0.0, finished_s=1.0, turns=4)
 
 
-def _feed(collector, seconds: float, name: str) -> int:
-    """A client process standing for many episode actors: PIPELINE exchanges in flight at once
-    (as many episodes finish concurrently), each one round trip (submit + next work item)."""
+def _feed(source, seconds: float, name: str, per_call: int = 1) -> int:
+    """A client process standing for many episode actors: PIPELINE completions in flight at once
+    (as many episodes finish concurrently), each call one round trip (submit + next work item)
+    for one completion, or for per_call of them (exchange_many)."""
     import ray
 
     count, deadline = 0, time.perf_counter() + seconds
-    items = ray.get([collector.acquire.remote(name) for _ in range(PIPELINE)])
+    items = ray.get([source.acquire.remote(name) for _ in range(PIPELINE)])
     while time.perf_counter() < deadline:
-        items = ray.get([collector.exchange.remote(_finished(item), name) for item in items])
+        if per_call == 1:
+            items = ray.get([source.exchange.remote(_finished(item), name) for item in items])
+        else:
+            calls = [source.exchange_many.remote([_finished(i) for i in items[k:k + per_call]], name)
+                     for k in range(0, len(items), per_call)]
+            items = [item for got in ray.get(calls) for item in got]
         count += len(items)
     return count
 
@@ -163,6 +201,9 @@ def scale(cfg: Config, repetitions: int) -> dict:
         "episodes_per_24gb_projected": MACHINE_GB * 1024 / per_episode_mb,
         "collector_completions_per_s": rate,
         "collector_in_process_per_s": statistics.median(a["in_process_per_s"] for a in absorb),
+        "ray_floor_per_s": statistics.median(a["ray_floor_per_s"] for a in absorb),
+        "ray_floor_batched_per_s": statistics.median(a["ray_floor_batched_per_s"] for a in absorb),
+        "reference_completions_per_s": REFERENCE_PER_S,
         "levels": levels, "levels_skipped_for_memory": skipped, "absorption_runs": absorb,
         "setup": {"levels_tried": LEVELS, "engine": "sim (1 engine, batch = episodes)", "sandbox": cfg.sandbox.backend,
                   "memory_total_mb": _meminfo_mb("MemTotal")},

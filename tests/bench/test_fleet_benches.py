@@ -21,6 +21,9 @@ def test_scale_holds_every_episode_in_flight_at_once(ray_session, tiny_cfg, monk
     assert [level["episodes"] for level in result["levels"]] == [4, 8]
     assert result["concurrent_episodes"] == 8  # no cap below the episode actors anywhere
     assert result["collector_completions_per_s"] > 0 and result["collector_in_process_per_s"] > 0
+    # Ray's floor for the same calls, one and BATCH completions per call, fed the same way.
+    run = result["absorption_runs"][0]
+    assert run["ray_floor_per_s"] > 0 and run["ray_floor_batched_per_s"] > 0 and run["batch"] == bench_scale.BATCH
     assert result["levels"][1]["memory_used_mb"] > 0  # 8 episode and 8 sandbox actors cost memory
 
 
