@@ -12,7 +12,7 @@ import posixpath
 import shlex
 import tarfile
 
-from envs.jail.run_command import TIMEOUT_EXIT_CODE
+from envs.jail.capture import TIMEOUT_EXIT_CODE
 
 # Seconds the client waits past the in-container deadline before it kills from outside.
 CLIENT_GRACE_S = 5.0

@@ -30,7 +30,7 @@ from envs.cgroups import pid_alive
 from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, pristine_path, restore_script,
                                     scrub_history_script, workspace_path)
 from envs.outcomes import InfraError, InfraSource
-from envs.jail.run_command import TIMEOUT_EXIT_CODE
+from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
 from envs.sandbox import ExecResult
 from envs.tasks import Task

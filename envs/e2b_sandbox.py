@@ -33,7 +33,7 @@ from envs.container_sandbox import (
     workspace_tarball,
 )
 from envs.outcomes import InfraError, InfraSource
-from envs.jail.run_command import TIMEOUT_EXIT_CODE, CappedOutput
+from envs.jail.capture import TIMEOUT_EXIT_CODE, CappedOutput
 from envs.sandbox import ExecResult
 from envs.tasks import Task
 

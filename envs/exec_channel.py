@@ -6,21 +6,22 @@ server per lease pays it once, and each command is then one fork in the jail.
 """
 from __future__ import annotations
 
-import json
 import os
-import selectors
+import select
 import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
+from envs.jail.framing import encode_frame, split_frame
+
 JAIL_CODE_DIR = Path(__file__).resolve().parent / "jail"
 # Where the jail sees JAIL_CODE_DIR (read-only).
 JAIL_CODE_MOUNT = "/run/swerve-exec"
 # What a command's reply may take beyond its own timeout: killing and reaping what it left.
 REPLY_GRACE_S = 15.0
-# How long a stopped server may take to exit on its own before it is killed.
+# How long bwrap may take to exit once its server is killed.
 STOP_GRACE_S = 2.0
 _READ_CHUNK_BYTES = 1 << 20
 _LOG_TAIL_BYTES = 2000
@@ -45,9 +46,6 @@ def _kill(pid: int) -> None:
 class ExecServerError(Exception):
     """The server crashed, hung or answered out of protocol: an infra error of the sandbox."""
 
-    def __init__(self, message: str, hung: bool = False):
-        super().__init__(message)
-        self.hung = hung
 
 
 def server_command(python: str, bash: str) -> List[str]:
@@ -77,37 +75,37 @@ class ExecServer:
         return self._proc.pid
 
     def run(self, command: str, timeout_s: float, max_output_bytes: int) -> dict:
-        """`bash -c command`: run_command's fields and "clean"; raises ExecServerError when no
-        proper reply comes."""
-        request = json.dumps({"command": command, "timeout_s": timeout_s, "max_output_bytes": max_output_bytes})
+        """`bash -c command`: ExecResult's fields but timeout_s, and "clean"; raises
+        ExecServerError when no proper reply comes."""
         try:
-            self._proc.stdin.write(request.encode() + b"\n")
+            self._proc.stdin.write(encode_frame([timeout_s, max_output_bytes], command.encode("utf-8")))
             self._proc.stdin.flush()
         except (BrokenPipeError, ValueError) as error:
             raise ExecServerError(f"exec server is gone ({self._exit_status()}){self._log_tail()}") from error
-        reply = self._read_line(time.monotonic() + timeout_s + REPLY_GRACE_S)
+        fields, payload = self._read_frame(time.monotonic() + timeout_s + REPLY_GRACE_S)
+        if fields == ["error"]:
+            raise ExecServerError(payload.decode("utf-8", errors="replace"))
         try:
-            fields = json.loads(reply)
+            exit_code, timed_out, duration_s, truncated, clean = fields
+            return {"exit_code": int(exit_code), "output": payload.decode("utf-8", errors="replace"),
+                    "timed_out": timed_out == "1", "duration_s": float(duration_s),
+                    "output_truncated": truncated == "1", "clean": clean == "1"}
         except ValueError as error:
-            raise ExecServerError(f"exec server replied out of protocol: {reply[:200]!r}") from error
-        if "error" in fields:
-            raise ExecServerError(fields["error"])
-        return fields
+            raise ExecServerError(f"exec server replied out of protocol: {fields!r}") from error
 
-    def stop(self, hung: bool = False) -> None:
+    def stop(self) -> None:
         """End the jail; safe to call twice. Its pid 1 takes every process of the namespace along.
 
-        bwrap has to reap that pid 1: killed together, the server would be left a zombie of
-        an init that may never reap it. So the server goes first (EOF on its stdin, or SIGKILL
-        when it is hung), bwrap then exits by itself, and only then does its group get killed.
+        The server goes first, by SIGKILL (it holds no state worth a clean exit, and waiting for
+        one made every lease switch ~15 ms slower), so that bwrap reaps it and then exits by
+        itself: killed together, the server would be left a zombie of an init that may never
+        reap it. Only a bwrap that does not exit then gets its group killed.
         """
         if self._proc.poll() is None:
-            self._proc.stdin.close()
-            if hung or not self._exited_within(STOP_GRACE_S):
-                for pid in _children(self._proc.pid):
-                    _kill(pid)
-                if not self._exited_within(STOP_GRACE_S):
-                    _kill(-self._proc.pid)
+            for pid in _children(self._proc.pid):
+                _kill(pid)
+            if not self._exited_within(STOP_GRACE_S):
+                _kill(-self._proc.pid)
         self._proc.wait()
         for pipe in (self._proc.stdin, self._proc.stdout):
             pipe.close()
@@ -120,22 +118,27 @@ class ExecServer:
             return False
         return True
 
-    def _read_line(self, deadline_s: float) -> bytes:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._proc.stdout, selectors.EVENT_READ)
-            while b"\n" not in self._buffer:
-                remaining_s = deadline_s - time.monotonic()
-                if remaining_s <= 0:
-                    raise ExecServerError(f"exec server did not answer in time{self._log_tail()}", hung=True)
-                if not selector.select(remaining_s):
-                    continue
-                chunk = os.read(self._proc.stdout.fileno(), _READ_CHUNK_BYTES)
-                if not chunk:
-                    raise ExecServerError(f"exec server is gone ({self._exit_status()}){self._log_tail()}")
-                self._buffer += chunk
-        line, _, rest = bytes(self._buffer).partition(b"\n")
-        self._buffer = bytearray(rest)
-        return line
+    def _read_frame(self, deadline_s: float) -> tuple:
+        poller = select.poll()
+        poller.register(self._proc.stdout, select.POLLIN)
+        while True:
+            try:
+                frame = split_frame(bytes(self._buffer))
+            except ValueError as error:
+                raise ExecServerError(f"exec server replied out of protocol: {error}") from error
+            if frame is not None:
+                fields, payload, rest = frame
+                self._buffer = bytearray(rest)
+                return fields, payload
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                raise ExecServerError(f"exec server did not answer in time{self._log_tail()}")
+            if not poller.poll(remaining_s * 1000):
+                continue
+            chunk = os.read(self._proc.stdout.fileno(), _READ_CHUNK_BYTES)
+            if not chunk:
+                raise ExecServerError(f"exec server is gone ({self._exit_status()}){self._log_tail()}")
+            self._buffer += chunk
 
     def _log_tail(self) -> str:
         """What the server wrote to stderr (a traceback, bwrap's complaint), for the error: the

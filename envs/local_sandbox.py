@@ -146,7 +146,7 @@ class LocalSandbox:
             server = self._server or self._start_server()
             fields = server.run(command, timeout_s, self.config.max_output_bytes)
         except (OSError, ExecServerError) as error:
-            self._stop_server(hung=isinstance(error, ExecServerError) and error.hung)
+            self._stop_server()
             raise InfraError(InfraSource.SANDBOX, f"exec server: {error}") from error
         finally:
             if self._cgroup is not None:
@@ -165,9 +165,9 @@ class LocalSandbox:
         self._server = ExecServer(argv, clean_env(), str(self.workspace), procs, self._lease_dir / "exec-server.log")
         return self._server
 
-    def _stop_server(self, hung: bool = False) -> None:
+    def _stop_server(self) -> None:
         if self._server is not None:
-            self._server.stop(hung)
+            self._server.stop()
             self._server = None
 
     def _exec_unjailed(self, command: str, timeout_s: float) -> ExecResult:

@@ -1,9 +1,11 @@
-"""Run one command on the host (no jail): envs/jail/run_command.py's loop, as an ExecResult."""
+"""Run one command on the host (no jail), watched by envs/jail/capture.py, as an ExecResult."""
 from __future__ import annotations
 
+import subprocess
+import time
 from typing import Mapping, Sequence
 
-from envs.jail.run_command import run_command
+from envs.jail.capture import watch
 from envs.sandbox import ExecResult
 
 
@@ -14,4 +16,16 @@ def run_process(
 
     Raises OSError when the process cannot be spawned.
     """
-    return ExecResult(**run_command(argv, env, cwd, timeout_s, max_output_bytes), timeout_s=timeout_s)
+    started_s = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+    with proc.stdout:
+        fields = watch(proc, proc.stdout.fileno(), started_s, timeout_s, max_output_bytes)
+    return ExecResult(**fields, timeout_s=timeout_s)

@@ -1,31 +1,35 @@
 """The exec server: one long-lived process per lease inside its jail, starting each command fresh.
 
-It runs as pid 1 of the jail's pid namespace (bwrap --as-pid-1). A command is a new process,
-in its own session, with the environment and cwd the server started with, its output capped
-while it streams, and its timeout enforced here. After each command everything else in the
-namespace is killed and reaped, so nothing a command starts outlives it, also what left its
-process group. Pid 1 of a namespace receives no signal from inside it that it has no handler
-for, and the server is not dumpable, so a command can neither kill it nor open its pipes.
+It runs as pid 1 of the jail's pid namespace (bwrap --as-pid-1). A command is a new process
+(posix_spawn: no fork of the server), in its own session, with the environment and cwd the
+server started with, its output capped while it streams, and its timeout enforced here. After
+each command everything else in the namespace is killed and reaped, so nothing a command starts
+outlives it, also what left its process group. Pid 1 of a namespace receives no signal from
+inside it that it has no handler for, and the server is not dumpable, so a command can neither
+kill it nor open its pipes.
 
-Protocol, one JSON object per line. stdin: {"command", "timeout_s", "max_output_bytes"}, run
-as `bash -c command`. stdout: run_command's fields plus "clean" (False when the command left
-something in the jail's scratch space, /tmp, /dev or SysV IPC: the host then starts a fresh
-jail for the next command), or {"error": "..."} when the command could not be started.
+Protocol (framing.py): a request is the header "<timeout_s> <max_output_bytes>" and the command,
+run as `bash -c command`; a reply is the header "<exit_code> <timed_out> <duration_s>
+<output_truncated> <clean>" and the output, or the header "error" and why the command could
+not start. clean is 0 when the command left something in the jail's scratch space (/tmp, /dev,
+SysV IPC): the host then starts a fresh jail for the next command.
 Arguments: bash's path, then the fds of cgroup.procs files (the host opened them, so the
 server itself stays out of the lease's cgroup). Each command's bash joins them first, through
-BASH_ENV (join_cgroups.bash): Python code in the child would cost a fork instead of a vfork,
-about 2 ms, and a wrapping sh another 0.6 ms.
+BASH_ENV (join_cgroups.bash), before it runs anything of the command.
+Imports stay few and fast (no json, subprocess or signal): the server's start is part of every
+lease's start.
 """
 from __future__ import annotations
 
+import _signal  # the C module: `signal` would import enum, ~7 ms of every lease's start
 import ctypes
 import fcntl
-import json
 import os
-import signal
 import sys
+import time
 
-from run_command import kill_group, run_command
+from capture import SIGKILL, kill_group, watch
+from framing import read_frame, write_frame
 
 _PR_SET_DUMPABLE = 4
 _SCRATCH_DIR = "/tmp"
@@ -36,11 +40,31 @@ _JOIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_cg
 _CGROUP_FDS = (7, 8, 9)
 
 
+class Spawned:
+    """A command started by posix_spawn, as watch sees a process."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._returncode = None
+
+    def poll(self):
+        if self._returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._returncode = os.waitstatus_to_exitcode(status)
+        return self._returncode
+
+    def wait(self) -> int:
+        if self._returncode is None:
+            self._returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self._returncode
+
+
 def kill_everything_else(pgid: int) -> None:
     """SIGKILL every other process of the namespace (kill(-1) from its pid 1 reaches them all)."""
     kill_group(pgid)
     try:
-        os.kill(-1, signal.SIGKILL)
+        os.kill(-1, SIGKILL)
     except ProcessLookupError:
         return  # nothing else is alive
 
@@ -49,7 +73,7 @@ def reap_all() -> None:
     """Wait until no process but this one is left: every process here is its descendant."""
     while True:
         try:
-            os.kill(-1, signal.SIGKILL)
+            os.kill(-1, SIGKILL)
         except ProcessLookupError:
             pass  # only zombies may be left: reap them
         try:
@@ -78,32 +102,54 @@ def sysv_objects() -> int:
     return count
 
 
+def run(bash: str, command: str, env: dict, timeout_s: float, max_output_bytes: int) -> dict:
+    started_s = time.monotonic()
+    out_read, out_write = os.pipe()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        pid = os.posix_spawn(bash, [bash, "-c", command], env, setsid=True, file_actions=[
+            (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, out_write, 1),
+            (os.POSIX_SPAWN_DUP2, out_write, 2)])
+    finally:
+        os.close(out_write)
+        os.close(devnull)
+    try:
+        return watch(Spawned(pid), out_read, started_s, timeout_s, max_output_bytes, kill_rest=kill_everything_else)
+    finally:
+        os.close(out_read)
+
+
 def serve(bash: str, cgroup_fds: tuple) -> None:
     env = dict(os.environ)
     if cgroup_fds:
         env["BASH_ENV"] = _JOIN_SCRIPT
-    cwd = os.getcwd()
     dev_at_start = dev_listing()
-    for line in sys.stdin.buffer:
-        request = json.loads(line)
+    while True:
+        frame = read_frame(sys.stdin.buffer)
+        if frame is None:
+            return  # the host closed the channel
+        (timeout_s, max_output_bytes), command = frame
         try:
-            reply = run_command([bash, "-c", request["command"]], env, cwd, request["timeout_s"],
-                                request["max_output_bytes"], kill_rest=kill_everything_else, pass_fds=cgroup_fds)
+            reply = run(bash, command.decode("utf-8", errors="replace"), env, float(timeout_s), int(max_output_bytes))
         except OSError as error:
-            reply = {"error": f"cannot start the command: {error}"}
+            reap_all()
+            write_frame(sys.stdout.buffer, ["error"], f"cannot start the command: {error}".encode())
+            continue
         reap_all()
-        reply["clean"] = not os.listdir(_SCRATCH_DIR) and dev_listing() == dev_at_start and not sysv_objects()
-        sys.stdout.buffer.write(json.dumps(reply).encode() + b"\n")
-        sys.stdout.buffer.flush()
+        clean = not os.listdir(_SCRATCH_DIR) and dev_listing() == dev_at_start and not sysv_objects()
+        header = [reply["exit_code"], int(reply["timed_out"]), reply["duration_s"], int(reply["output_truncated"]),
+                  int(clean)]
+        write_frame(sys.stdout.buffer, header, reply["output"].encode("utf-8", errors="replace"))
 
 
 def main() -> None:
     if os.getpid() != 1:
         # Its kill(-1) ends every process it may signal: only a namespace of its own bounds that.
         raise SystemExit("exec_server.py runs only as pid 1 of its own pid namespace (bwrap --as-pid-1)")
-    # As pid 1 with default dispositions, no signal from inside the jail reaches the server.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # As pid 1 with default dispositions, no signal from inside the jail reaches the server
+    # (Python itself installs a handler for SIGINT only).
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     bash, given = sys.argv[1], [int(arg) for arg in sys.argv[2:]]
     if len(given) > len(_CGROUP_FDS):
         raise SystemExit(f"at most {len(_CGROUP_FDS)} cgroup fds, got {given}")
@@ -113,7 +159,7 @@ def main() -> None:
     for fd in given:
         os.close(fd)
     for source, target in zip(lifted, fds):
-        os.dup2(source, target, inheritable=False)
+        os.dup2(source, target)  # inheritable: each command's bash joins and closes them
         os.close(source)
     serve(bash, fds)
 
