@@ -19,14 +19,16 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """A standalone CPU engine on 127.0.0.1 (SGLang's native API) for the configured model."""
+    """A standalone CPU engine on 127.0.0.1 (SGLang's native API and the OpenAI-compatible
+    /v1/chat/completions, /v1/models) for the configured model, or --model DIR."""
     from actors.policy_setup import ensure_policy
     from policies.server.app import serve
     from policies.server.options import engine_server_config
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(args.config, [*args.overrides, *([f"model.path={args.model}"] if args.model else [])])
     _, model_path = ensure_policy(cfg)
-    print(f"[swerve] serving {model_path} on http://127.0.0.1:{args.port}", flush=True)
+    print(f"[swerve] serving {model_path} on http://127.0.0.1:{args.port} "
+          f"(OpenAI-compatible: http://127.0.0.1:{args.port}/v1)", flush=True)
     serve(engine_server_config(model_path, cfg.engine, host="127.0.0.1", port=args.port))
     return 0
 
@@ -112,8 +114,11 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("--address", default="", help="Ray cluster address (default: RAY_ADDRESS or auto)")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(func=_status)
-    serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API)"))
+    serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API and "
+                                                     "OpenAI's /v1/chat/completions)"))
     serve.add_argument("--port", type=int, default=30000, help="port on 127.0.0.1 (0 picks a free one)")
+    serve.add_argument("--model", default="", help="a model directory to serve, e.g. runs/NAME/policy "
+                                                   "(model.path; default: the configured model)")
     serve.set_defaults(func=_serve)
     plan = with_config(sub.add_parser("plan", help="what a run would start where: roles, nodes, GPUs, limits"))
     plan.add_argument("--mode", choices=("train", "eval"), default="train")

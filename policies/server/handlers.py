@@ -6,7 +6,6 @@ server is `app.py`.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import datetime, timezone
 from typing import Any, Dict, List
@@ -14,7 +13,10 @@ from typing import Any, Dict, List
 from aiohttp import web
 
 from policies.server import protocol
+from policies.server.openai_api import add_openai_routes
 from policies.server.request import PromptTooLong, Request
+from policies.server.serving import error_response, json_body
+from policies.server.serving import run_requests as serving_run_requests
 from policies.server.state import ServerState, load_safetensors_dir
 
 SERVER_VERSION = "swerve-cpu-0.1"
@@ -25,29 +27,6 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 # ---------------------------------------------------------------------- helpers
-def _error(message: str, status: int = 400) -> web.Response:
-    return web.json_response(protocol.error_body(message), status=status)
-
-
-async def _json_body(request: web.Request, required: bool = True) -> Dict[str, Any]:
-    raw = await request.read()
-    if not raw.strip():
-        if required:
-            raise _bad_request("empty request body")
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as error:
-        raise _bad_request(f"invalid JSON: {str(error)[:200]}")
-    if not isinstance(body, dict):
-        raise _bad_request("the body must be a JSON object")
-    return body
-
-
-def _bad_request(message: str) -> web.HTTPBadRequest:
-    return web.HTTPBadRequest(text=json.dumps(protocol.error_body(message)), content_type="application/json")
-
-
 def _per_item(value: Any, count: int, batch: bool, name: str) -> List[Any]:
     if batch and isinstance(value, list):
         if len(value) != count:
@@ -96,44 +75,21 @@ def build_app(state: ServerState) -> web.Application:
     routes = web.RouteTableDef()
 
     async def run_requests(items: List[Request]) -> List[Request]:
-        loop = asyncio.get_running_loop()
-        futures = []
-        submitted: List[Request] = []
-
-        def done_callback(future):
-            def on_done(finished: Request) -> None:
-                loop.call_soon_threadsafe(
-                    lambda: None if future.done() else future.set_result(finished))
-            return on_done
-
-        try:
-            for item in items:
-                future = loop.create_future()
-                item.on_done = done_callback(future)
-                scheduler.submit(item)
-                submitted.append(item)
-                futures.append(future)
-            return list(await asyncio.gather(*futures))
-        except BaseException:
-            # invalid item, or the client went away: free the slots of what was queued
-            for item in submitted:
-                if not item.done:
-                    scheduler.abort(item.rid)
-            raise
+        return await serving_run_requests(scheduler, items)
 
     @routes.route("POST", protocol.GENERATE)
     @routes.route("PUT", protocol.GENERATE)
     async def generate(request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         if body.get("stream"):
-            return _error("stream=true is not supported by the swerve CPU server; "
+            return error_response("stream=true is not supported by the swerve CPU server; "
                           "send a non-streaming request")
         input_ids = body.get("input_ids")
         if input_ids is None:
-            return _error("input_ids is required: the swerve CPU server is token-in/token-out "
+            return error_response("input_ids is required: the swerve CPU server is token-in/token-out "
                           "(text prompts are not supported)")
         if not isinstance(input_ids, list) or not input_ids:
-            return _error("input_ids must be a non-empty list of ints or of lists of ints")
+            return error_response("input_ids must be a non-empty list of ints or of lists of ints")
         batch = isinstance(input_ids[0], list)
         prompts = input_ids if batch else [input_ids]
         try:
@@ -153,25 +109,25 @@ def build_app(state: ServerState) -> web.Application:
                 items.append(item)
             finished = await run_requests(items)
         except PromptTooLong as error:
-            return _error(str(error))
+            return error_response(str(error))
         except (ValueError, TypeError) as error:
-            return _error(str(error))
+            return error_response(str(error))
         out = [_response(state, item) for item in finished]
         return web.json_response(out if batch else out[0])
 
     @routes.post(protocol.ABORT_REQUEST)
     async def abort_request(request: web.Request) -> web.Response:
-        body = await _json_body(request, required=False)
+        body = await json_body(request, required=False)
         await _wait(scheduler.abort(str(body.get("rid") or ""), bool(body.get("abort_all"))))
         return web.Response(status=200)
 
     @routes.post(protocol.PAUSE_GENERATION)
     async def pause_generation(request: web.Request) -> web.Response:
-        body = await _json_body(request, required=False)
+        body = await json_body(request, required=False)
         try:
             future = scheduler.pause(body.get("mode", protocol.PAUSE_ABORT))
         except ValueError as error:
-            return _error(str(error))
+            return error_response(str(error))
         await _wait(future)
         return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
 
@@ -193,7 +149,7 @@ def build_app(state: ServerState) -> web.Application:
 
     @routes.post(protocol.UPDATE_WEIGHTS_FROM_DISK)
     async def update_weights_from_disk(request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         model_path = body.get("model_path")
         version = body.get("weight_version")
         load_format = body.get("load_format")
@@ -224,7 +180,7 @@ def build_app(state: ServerState) -> web.Application:
 
     @routes.post(protocol.UPDATE_WEIGHT_VERSION)
     async def update_weight_version(request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         version = str(body.get("new_version", ""))
         if body.get("abort_all_requests"):
             await _wait(scheduler.abort("", True))
@@ -282,6 +238,7 @@ def build_app(state: ServerState) -> web.Application:
             return web.Response(status=503)
         return web.Response(status=200)
 
+    add_openai_routes(routes, state)
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.add_routes(routes)
     return app
