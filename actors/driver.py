@@ -98,7 +98,11 @@ def resume_command(cfg: Config) -> str:
 
 
 def train(cfg: Config) -> Path:
-    run_dir = RunDir(cfg)
+    with RunDir(cfg) as run_dir:  # its loggers (TensorBoard, W&B) end with the run, however it ends
+        return run(cfg, run_dir)
+
+
+def run(cfg: Config, run_dir: RunDir) -> Path:
     init_ray(cfg)
     tokenizer_path, model_path = ensure_policy(cfg)
     tasks, quarantined = trainable_tasks(cfg.tasks)

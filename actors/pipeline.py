@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
+from actors.report.loggers import RunLoggers
 from actors.report.run_dir import write_json
 from actors.report.significance import paired_delta, per_task_pass_at_1, stage_interval
-from configs import Config
+from configs import Config, flat_config
 
 STAGES = ("base", "sft", "rl")
 # A finished stage's completion marker, and the RL stage's record of the config its checkpoints
@@ -78,18 +79,6 @@ def rl_task_ids(train_ids: Sequence[str], traced_ids: Sequence[str], unseen_only
 
 
 # -- what a stage depends on -----------------------------------------------------------------
-def flat_config(node: Any, prefix: str = "") -> dict[str, Any]:
-    """Every leaf of the config by dotted key (a free-form mapping such as env.kwargs is one leaf)."""
-    flat: dict[str, Any] = {}
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
-        if dataclasses.is_dataclass(value):
-            flat.update(flat_config(value, f"{prefix}{f.name}."))
-        else:
-            flat[f"{prefix}{f.name}"] = value
-    return flat
-
-
 def stage_config(cfg: Config, stage: str) -> dict[str, Any]:
     """The keys whose values a stage's result depends on."""
     left_out = NOT_FINGERPRINTED + UNREAD_BY_STAGE[stage]
@@ -210,6 +199,17 @@ def _load_report(root: Path, stage: str, marker: dict) -> dict:
 
 
 def run_pipeline(cfg: Config) -> dict:
+    root = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
+    root.mkdir(parents=True, exist_ok=True)
+    plans = plan_stages(root, cfg)  # before any work: a stage name that does not exist fails here
+    loggers = RunLoggers(cfg, root)  # each stage's eval as a point of the learning curve
+    try:
+        return _run_stages(cfg, root, plans, loggers)
+    finally:
+        loggers.close()
+
+
+def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> dict:
     from actors.driver import train
     from actors.evaluate import evaluate
     from actors.policy_setup import ensure_policy
@@ -217,16 +217,13 @@ def run_pipeline(cfg: Config) -> dict:
     from envs.loaders import load_tasks
     from policies.sft import run_sft
 
-    root = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
-    root.mkdir(parents=True, exist_ok=True)
-    plans = plan_stages(root, cfg)  # before any work: a stage name that does not exist fails here
     fingerprints = {plan.stage: plan.fingerprint for plan in plans}
     tokenizer_path, base_model = ensure_policy(cfg)
     reports: dict[str, dict] = {}
     policy = base_model
     train_ids = [t.id for t in load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)]
     traced_ids: list[str] = []
-    for plan in plans:
+    for index, plan in enumerate(plans):
         stage, stage_dir = plan.stage, root / plan.stage
         if plan.action == "skip":
             assert plan.marker is not None
@@ -234,6 +231,7 @@ def run_pipeline(cfg: Config) -> dict:
             reports[stage] = _load_report(root, stage, plan.marker)
             policy = str(root / outputs["policy"]) if "policy" in outputs else policy
             traced_ids = plan.marker.get("traced_task_ids", traced_ids)
+            loggers.log_eval(stage, index, reports[stage])
             print(f"[swerve] pipeline: {stage} skipped: it finished earlier with this config "
                   f"({stage}/{MARKER}), pass@1 = {reports[stage]['pass@1']} read from {outputs['eval']}; "
                   f"{FRESH_HINT}", flush=True)
@@ -269,6 +267,7 @@ def run_pipeline(cfg: Config) -> dict:
             policy = str(run_path / "policy")
             outputs.update(policy=str(Path(policy).relative_to(root)))
         reports[stage] = evaluate(_stage_cfg(cfg, stage, policy if stage != "base" else cfg.model.path))
+        loggers.log_eval(stage, index, reports[stage])
         print(f"[swerve] pipeline: {stage} pass@1 = {reports[stage]['pass@1']}", flush=True)
         outputs.update(eval=f"{stage}/eval.json", predictions=f"{stage}/predictions.jsonl")
         # Last, and atomically: a stage without this file is not done, whatever else its directory holds.

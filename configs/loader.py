@@ -42,6 +42,19 @@ def all_keys(node=Config, prefix: str = "") -> list[str]:
     return keys
 
 
+def flat_config(node, prefix: str = "") -> dict:
+    """Every leaf of a config (a dataclass tree) by dotted key (a free-form mapping such as
+    env.kwargs is one leaf)."""
+    flat: dict = {}
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            flat.update(flat_config(value, f"{prefix}{f.name}."))
+        else:
+            flat[f"{prefix}{f.name}"] = value
+    return flat
+
+
 def _leaf_type(key: str):
     """The annotated type of a leaf key ("trainer.betas[0]" is an element of trainer.betas)."""
     node, hint = Config, None

@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal
 
 
+# Where each step's metrics go (actors/report/loggers.py). jsonl: runs/<name>/metrics.jsonl, the run
+# directory's record, always written (plots and --resume read it); tensorboard: event files under
+# runs/<name>/tensorboard; wandb: a Weights & Biases run under runs/<name>/wandb (WANDB_MODE=offline
+# keeps it local; an unreachable service falls back to offline, never failing the run).
+RunLogger = Literal["jsonl", "tensorboard", "wandb"]
+
+
 @dataclass
 class RunConfig:
     name: str = "default"
@@ -24,6 +31,7 @@ class RunConfig:
     # --resume command. Engines, episode actors and sandboxes are replaced where they die.
     max_restarts: int = 3
     max_restarts_total: int = 6
+    loggers: List[RunLogger] = field(default_factory=lambda: ["jsonl"])
 
 
 @dataclass

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from actors.report import redact
+from actors.report.loggers import RunLoggers
 from configs import Config, to_yaml
 
 METRIC_NAMES = (
@@ -62,6 +63,8 @@ class RunDir:
         self.metrics_path = self.path / "metrics.jsonl"
         if not cfg.run.resume:
             self.metrics_path.write_text("")
+        # TensorBoard / W&B beside metrics.jsonl (run.loggers); close() ends them.
+        self.loggers = RunLoggers(cfg, self.path)
 
     def rows(self) -> list[dict]:
         if not self.metrics_path.exists():
@@ -78,6 +81,16 @@ class RunDir:
         if missing:
             raise KeyError(f"metrics row lacks contract names {missing}")
         write_jsonl(self.metrics_path, [metrics], mode="a")
+        self.loggers.log_step(metrics["step"], metrics)
+
+    def close(self) -> None:
+        self.loggers.close()
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def write_accounting(self, accounting: dict) -> None:
         write_json(self.path / "accounting.json", accounting)

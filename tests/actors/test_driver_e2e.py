@@ -15,16 +15,41 @@ IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
 @pytest.fixture(scope="module")
 def e2e_run(ray_session, swerve_cache, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs")
-    cfg = load_config("tests/smoke.yaml", [
+    cfg = load_config("tests/smoke.yaml", ["run.loggers=[jsonl,tensorboard,wandb]",
         f"run.dir={run_dir}", "run.name=e2e", "trainer.total_steps=3", "trainer.num_shards=2",
         "engine.num_engines=2", "rollout.num_episode_actors=4", "rollout.max_staleness=1",
         f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}",
         "rollout.max_turns=3", "rollout.max_tokens_per_turn=32", "trainer.lr=0.001",
     ])
-    path = train(cfg)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WANDB_MODE", "offline")
+        path = train(cfg)
     rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     accounting = json.loads((path / "accounting.json").read_text())
     return cfg, path, rows, accounting
+
+
+def test_tensorboard_and_wandb_get_every_step_metric(e2e_run):
+    import glob
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from actors.report.loggers import scalars
+    from tests.actors.report.test_loggers import wandb_records
+
+    _, path, rows, _ = e2e_run
+    events = EventAccumulator(str(path / "tensorboard"))
+    events.Reload()
+    numeric_every_step = set.intersection(*(set(scalars(r)) for r in rows))
+    assert len(numeric_every_step) > 40
+    for key in numeric_every_step:
+        assert [e.step for e in events.Scalars(key)] == [1, 2, 3], key
+    assert [e.value for e in events.Scalars("reward_mean")] == pytest.approx([r["reward_mean"] for r in rows])
+    (wandb_file,) = glob.glob(str(path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+               for r in wandb_records(wandb_file) if r.WhichOneof("record_type") == "history"]
+    assert [h["_step"] for h in history] == [1, 2, 3]
+    assert [h["policy_version"] for h in history] == [r["policy_version"] for r in rows]
 
 
 def test_versions_increase_one_per_step(e2e_run):
