@@ -59,7 +59,7 @@ class TensorBoardLogger:
             from torch.utils.tensorboard.summary import hparams
         except ImportError as error:
             raise ConfigError(f"run.loggers has tensorboard but it is not installed ({error}): "
-                              "pip install tensorboard") from error
+                              "pip install tensorboard (or swerve[loggers])") from error
         self.writer = SummaryWriter(log_dir=str(path / "tensorboard"))
         self.writer.add_text("config", "```\n" + to_yaml(redact.redact(cfg)) + "\n```")
         # The hyperparameters plugin's records, in this run's own event file.
@@ -88,7 +88,8 @@ class WandbLogger:
         try:
             import wandb
         except ImportError as error:
-            raise ConfigError(f"run.loggers has wandb but it is not installed ({error}): pip install wandb") from error
+            raise ConfigError(f"run.loggers has wandb but it is not installed ({error}): "
+                              "pip install wandb (or swerve[loggers])") from error
         self._wandb = wandb
         path.mkdir(parents=True, exist_ok=True)
         kwargs = dict(project=os.environ.get("WANDB_PROJECT", "swerve"), name=cfg.run.name, dir=str(path),
