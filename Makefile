@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sglang-side test test-fast run clean
+.PHONY: setup sglang-side test test-fast run check-dashboard clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,13 @@ test-fast: setup
 
 run: setup
 	$(VENV)/bin/swerve pipeline --config configs/default.yaml
+
+# A real headless browser shows our roles in Ray's dashboard during a short run; the screenshot
+# is left at runs/check-dashboard/dashboard-actors.png.
+check-dashboard: setup
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+		|| (apt-get update -qq && apt-get install -y -qq chromium)
+	timeout 600 $(PY) -m bench.check_dashboard --run-dir runs/check-dashboard
 
 clean:
 	rm -rf $(VENV) runs

@@ -44,8 +44,14 @@ def init_ray(cfg: Config) -> None:
         ray.init(address=address, namespace=namespace(cfg), runtime_env=_runtime_env())
     else:
         # address="local": always a private instance, never a cluster someone else started here.
-        ray.init(address="local", num_cpus=cfg.ray.num_cpus or None, namespace=namespace(cfg),
-                 runtime_env=_runtime_env(), include_dashboard=False, _node_ip_address="127.0.0.1")
+        # Its dashboard listens on loopback only (README, "Exposing the dashboard and engines safely").
+        context = ray.init(address="local", num_cpus=cfg.ray.num_cpus or None, namespace=namespace(cfg),
+                           runtime_env=_runtime_env(), include_dashboard=cfg.ray.dashboard,
+                           dashboard_host="127.0.0.1", dashboard_port=cfg.ray.dashboard_port or None,
+                           _node_ip_address="127.0.0.1")
+        if cfg.ray.dashboard and context is not None and context.dashboard_url:
+            print(f"[swerve] Ray dashboard: http://{context.dashboard_url} (this run's actors are in the namespace "
+                  f"{namespace(cfg)})", flush=True)
 
 
 @dataclass

@@ -433,6 +433,10 @@ class RayConfig:
     # GPUs of one GPU node as the placement plan assumes before launch (`swerve plan`); at launch
     # Ray's placement groups decide the nodes, on whatever GPUs the cluster's nodes declare.
     gpus_per_node: int = 8
+    # A local Ray (no address) starts its dashboard on 127.0.0.1, here (0: Ray's 8265, or the next
+    # free port), and the run prints its URL once; false starts none. A joined cluster has its own.
+    dashboard: bool = True
+    dashboard_port: int = 0
 
 
 @dataclass

@@ -1,0 +1,155 @@
+"""`make check-dashboard`: a real headless browser shows our roles in Ray's dashboard.
+
+A short `swerve train` runs with its dashboard on (as every local run has) under a token of its
+own; headless Chromium, driven over its DevTools protocol, signs in with that token (Ray's
+`ray-authentication-token` cookie), opens the dashboard's actors view and waits until every
+role name (collector, engine-0, trainer-0, episode-0, sandbox-...) is rendered; the screenshot
+goes to runs/<name>/dashboard-actors.png. Exits non-zero, naming what was missing, otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from policies.server.process import free_port
+
+ROLE_NAMES = ("collector", "engine-0", "engine-1", "trainer-0", "episode-0", "sandbox-")
+COOKIE = "ray-authentication-token"
+RUN_TIMEOUT_S = 240.0
+RENDER_TIMEOUT_S = 120.0
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+
+
+def _browser() -> str:
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise SystemExit("no headless browser: apt-get install chromium (make check-dashboard does)")
+
+
+def _start_run(run_dir: Path, port: int, token: str) -> subprocess.Popen:
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_ADDRESS": ""}
+    argv = [sys.executable, "-m", "actors", "train", "--config", "tests/smoke.yaml", "ray.dashboard=true",
+            f"ray.dashboard_port={port}", f"run.dir={run_dir.parent}", f"run.name={run_dir.name}",
+            "trainer.total_steps=200", "rollout.max_turns=3"]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _wait_for_dashboard(run: subprocess.Popen, deadline_s: float) -> str:
+    """The URL the run prints once its Ray is up, then once its roles are running (a step line)."""
+    url = ""
+    for line in run.stdout:
+        sys.stdout.write(line)
+        found = re.search(r"Ray dashboard: (http://\S+)", line)
+        if found:
+            url = found.group(1)
+        if url and line.startswith("[swerve] step"):
+            return url
+        if time.monotonic() > deadline_s:
+            break
+    raise SystemExit(f"the run ended or stalled before its first step (dashboard url: {url or 'none'})")
+
+
+async def _devtools(ws_url: str):
+    import aiohttp
+
+    session = aiohttp.ClientSession()
+    socket = await session.ws_connect(ws_url, max_msg_size=0)
+    ids = iter(range(1, 1 << 30))
+
+    async def send(method: str, **params):
+        message_id = next(ids)
+        await socket.send_json({"id": message_id, "method": method, "params": params})
+        while True:
+            reply = await socket.receive_json()
+            if reply.get("id") == message_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    return session, socket, send
+
+
+async def _render(browser_port: int, dashboard: str, token: str, screenshot: Path) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{browser_port}/json/list", timeout=10) as response:
+        page = next(t for t in json.loads(response.read()) if t["type"] == "page")
+    session, socket, send = await _devtools(page["webSocketDebuggerUrl"])
+    try:
+        await send("Network.enable")
+        await send("Network.setCookie", name=COOKIE, value=token, url=dashboard, path="/")
+        await send("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
+        await send("Page.navigate", url=f"{dashboard}/#/actors")
+        deadline_s, text = time.monotonic() + RENDER_TIMEOUT_S, ""
+        while time.monotonic() < deadline_s:
+            result = await send("Runtime.evaluate", expression="document.body ? document.body.innerText : ''")
+            text = result.get("result", {}).get("value", "")
+            if all(name in text for name in ROLE_NAMES):
+                break
+            await asyncio.sleep(2.0)
+        shot = await send("Page.captureScreenshot", format="png")
+        screenshot.write_bytes(base64.b64decode(shot["data"]))
+        return text
+    finally:
+        await socket.close()
+        await session.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", default="runs/check-dashboard")
+    args = parser.parse_args()
+    run_dir = Path(args.run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    token, dashboard_port, browser_port = secrets.token_hex(32), free_port(), free_port()
+    run = _start_run(run_dir, dashboard_port, token)
+    profile = tempfile.mkdtemp(prefix="swerve-chromium-")
+    browser = None
+    try:
+        dashboard = _wait_for_dashboard(run, time.monotonic() + RUN_TIMEOUT_S)
+        # --no-sandbox: Chromium refuses its own sandbox as root; it only loads our loopback page.
+        browser = subprocess.Popen([_browser(), "--headless=new", "--no-sandbox", "--disable-gpu",
+                                    f"--remote-debugging-port={browser_port}", "--remote-debugging-address=127.0.0.1",
+                                    f"--user-data-dir={profile}", "about:blank"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{browser_port}/json/version", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        screenshot = run_dir / "dashboard-actors.png"
+        text = asyncio.run(_render(browser_port, dashboard, token, screenshot))
+    finally:
+        for process in (browser, run):
+            if process is not None and process.poll() is None:
+                # SIGINT: the run's own handlers end it and the Ray it started; the browser just goes.
+                os.killpg(process.pid, signal.SIGINT if process is run else signal.SIGKILL)
+        if run.poll() is None:
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(run.pid, signal.SIGKILL)
+        shutil.rmtree(profile, ignore_errors=True)
+    missing = [name for name in ROLE_NAMES if name not in text]
+    shown = f"missing: {', '.join(missing)}" if missing else "every role shown"
+    print(f"[swerve] dashboard actors view: {screenshot} ({shown})")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
