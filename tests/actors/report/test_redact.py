@@ -196,7 +196,7 @@ def test_engine_servers_are_launched_on_loopback():
     assert build_arg_parser().parse_args(["--model-path", "/model"]).host == "127.0.0.1"
 
 
-def test_local_ray_starts_without_a_dashboard_on_loopback(monkeypatch):
+def test_local_ray_and_its_dashboard_listen_on_loopback(monkeypatch):
     import ray
 
     from actors import launch
@@ -206,9 +206,11 @@ def test_local_ray_starts_without_a_dashboard_on_loopback(monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
     launch.init_ray(Config())
-    (kwargs,) = calls
-    assert kwargs["_node_ip_address"] == "127.0.0.1"
-    assert kwargs["include_dashboard"] is False or kwargs["dashboard_host"] == "127.0.0.1"
+    launch.init_ray(load_config(None, ["ray.dashboard=false", "ray.dashboard_port=8300"]))
+    on, off = calls
+    assert on["_node_ip_address"] == "127.0.0.1" and on["dashboard_host"] == "127.0.0.1"
+    assert on["include_dashboard"] is True and on["dashboard_port"] is None  # Ray's 8265 or the next free one
+    assert off["include_dashboard"] is False and off["dashboard_port"] == 8300
 
 
 def _listening_address(port: int) -> str:
