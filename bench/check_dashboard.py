@@ -29,6 +29,16 @@ from policies.server.process import free_port
 ROLE_NAMES = ("collector", "engine-0", "engine-1", "trainer-0", "episode-0", "sandbox-")
 COOKIE = "ray-authentication-token"
 RUN_TIMEOUT_S = 240.0
+# The actors table shows 10 rows a page: set its "Page Size" field (a React input, so through the
+# native setter and an input event) to hold every role on one page, and so in one screenshot.
+_SHOW_ALL_ROWS = """(() => {
+  const field = [...document.querySelectorAll('input')].find(i => i.closest('.MuiFormControl-root')
+      && i.closest('.MuiFormControl-root').innerText.includes('Page Size'));
+  if (!field) return false;
+  Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set.call(field, '100');
+  field.dispatchEvent(new Event('input', {bubbles: true}));
+  return true;
+})()"""
 RENDER_TIMEOUT_S = 120.0
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
@@ -92,10 +102,11 @@ async def _render(browser_port: int, dashboard: str, token: str, screenshot: Pat
     try:
         await send("Network.enable")
         await send("Network.setCookie", name=COOKIE, value=token, url=dashboard, path="/")
-        await send("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
+        await send("Emulation.setDeviceMetricsOverride", width=1600, height=2200, deviceScaleFactor=1, mobile=False)
         await send("Page.navigate", url=f"{dashboard}/#/actors")
         deadline_s, text = time.monotonic() + RENDER_TIMEOUT_S, ""
         while time.monotonic() < deadline_s:
+            await send("Runtime.evaluate", expression=_SHOW_ALL_ROWS)
             result = await send("Runtime.evaluate", expression="document.body ? document.body.innerText : ''")
             text = result.get("result", {}).get("value", "")
             if all(name in text for name in ROLE_NAMES):
