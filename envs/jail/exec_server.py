@@ -32,8 +32,7 @@ from capture import SIGKILL, kill_group, watch
 from framing import read_frame, write_frame
 
 _PR_SET_DUMPABLE = 4
-_SCRATCH_DIR = "/tmp"
-_DEV_DIR = "/dev"
+_SCRATCH_ROOTS = ("/tmp", "/dev")
 _SYSV_TABLES = ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem")
 _JOIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_cgroups.bash")
 # Where join_cgroups.bash finds the cgroup fds (at most three: v1's pids, memory and freezer).
@@ -82,11 +81,14 @@ def reap_all() -> None:
             return
 
 
-def dev_listing() -> list:
+def scratch_listing(root: str) -> list:
+    """Every path under root with its link target, not descending into mounts: bwrap's binds
+    (a venv that lives under /tmp, the device nodes, /dev/pts) are not scratch space."""
     entries = []
-    for root, dirs, files in os.walk(_DEV_DIR):
+    for top, dirs, files in os.walk(root):
+        dirs[:] = [name for name in dirs if not os.path.ismount(os.path.join(top, name))]
         for name in dirs + files:
-            path = os.path.join(root, name)
+            path = os.path.join(top, name)
             entries.append((path, os.readlink(path) if os.path.islink(path) else ""))
     return sorted(entries)
 
@@ -123,7 +125,8 @@ def serve(bash: str, cgroup_fds: tuple) -> None:
     env = dict(os.environ)
     if cgroup_fds:
         env["BASH_ENV"] = _JOIN_SCRIPT
-    dev_at_start = dev_listing()
+    # What bwrap made: compared after every command (/tmp holds the binds of a venv under /tmp).
+    at_start = [scratch_listing(root) for root in _SCRATCH_ROOTS]
     while True:
         frame = read_frame(sys.stdin.buffer)
         if frame is None:
@@ -136,7 +139,7 @@ def serve(bash: str, cgroup_fds: tuple) -> None:
             write_frame(sys.stdout.buffer, ["error"], f"cannot start the command: {error}".encode())
             continue
         reap_all()
-        clean = not os.listdir(_SCRATCH_DIR) and dev_listing() == dev_at_start and not sysv_objects()
+        clean = [scratch_listing(root) for root in _SCRATCH_ROOTS] == at_start and not sysv_objects()
         header = [reply["exit_code"], int(reply["timed_out"]), reply["duration_s"], int(reply["output_truncated"]),
                   int(clean)]
         write_frame(sys.stdout.buffer, header, reply["output"].encode("utf-8", errors="replace"))
