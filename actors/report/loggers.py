@@ -10,15 +10,15 @@ that cannot reach its service goes offline (its run stays under runs/<name>/wand
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
 from pathlib import Path
-from typing import Dict, Iterable, List, Protocol, get_args
+from typing import Dict, List, Protocol, get_args
 
 from actors.report import redact
-from configs import Config, flat_config, to_yaml
-from configs import ConfigError
+from configs import Config, ConfigError, flat_config, to_yaml
 from configs.schema import RunLogger
 
 log = logging.getLogger(__name__)
@@ -52,19 +52,22 @@ def hyperparameters(cfg: Config) -> Dict[str, object]:
             for key, value in flat_config(redact.redact(cfg)).items()}
 
 
+def _require(logger: str, module: str):
+    """The module a logger writes with; a clear error naming the install when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ConfigError(f"run.loggers has {logger} but it is not installed ({error}): "
+                          f"pip install {logger} (or swerve[loggers])") from error
+
+
 class TensorBoardLogger:
     def __init__(self, path: Path, cfg: Config):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-            from torch.utils.tensorboard.summary import hparams
-        except ImportError as error:
-            raise ConfigError(f"run.loggers has tensorboard but it is not installed ({error}): "
-                              "pip install tensorboard (or swerve[loggers])") from error
-        self.writer = SummaryWriter(log_dir=str(path / "tensorboard"))
+        tensorboard = _require("tensorboard", "torch.utils.tensorboard")
+        self.writer = tensorboard.SummaryWriter(log_dir=str(path / "tensorboard"))
         self.writer.add_text("config", "```\n" + to_yaml(redact.redact(cfg)) + "\n```")
         # The hyperparameters plugin's records, in this run's own event file.
-        params = {k: v for k, v in hyperparameters(cfg).items()}
-        for summary in hparams(params, {"reward_mean": 0.0}):
+        for summary in tensorboard.summary.hparams(hyperparameters(cfg), {"reward_mean": 0.0}):
             self.writer.file_writer.add_summary(summary)
         self.writer.flush()
 
@@ -85,12 +88,7 @@ class TensorBoardLogger:
 
 class WandbLogger:
     def __init__(self, path: Path, cfg: Config):
-        try:
-            import wandb
-        except ImportError as error:
-            raise ConfigError(f"run.loggers has wandb but it is not installed ({error}): "
-                              "pip install wandb (or swerve[loggers])") from error
-        self._wandb = wandb
+        wandb = _require("wandb", "wandb")
         path.mkdir(parents=True, exist_ok=True)
         kwargs = dict(project=os.environ.get("WANDB_PROJECT", "swerve"), name=cfg.run.name, dir=str(path),
                       config=hyperparameters(cfg), reinit="create_new",
@@ -125,7 +123,7 @@ class RunLoggers:
     """The loggers run.loggers names, fed together; one that fails is dropped with a warning."""
 
     def __init__(self, cfg: Config, path: Path):
-        names: Iterable[str] = cfg.run.loggers
+        names = cfg.run.loggers
         if "jsonl" not in names:
             raise ConfigError("run.loggers must include jsonl: metrics.jsonl is the run directory's record "
                               "(plots and --resume read it); e.g. run.loggers=[jsonl,tensorboard]")
