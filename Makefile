@@ -7,14 +7,19 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
+# Set-up output (apt, pip) goes to $(SETUP_LOG); a failed step shows its tail and stops.
+SETUP_LOG := $(VENV)/setup.log
+logged = { $(1); } >> $(SETUP_LOG) 2>&1 || { tail -n 40 $(SETUP_LOG); echo "set-up failed: $(SETUP_LOG)"; exit 1; }
+
 $(STAMP): pyproject.toml
-	@command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) \
+	@echo "setting up $(VENV) (bubblewrap, torch for CPU, swerve and its test tools); output in $(SETUP_LOG)"
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@command -v bwrap >/dev/null || { { apt-get update -qq && apt-get install -y -qq bubblewrap; } >> $(SETUP_LOG) 2>&1; } \
 		|| echo "warning: bubblewrap not installed; sandboxes fall back to no isolation"
-	test -x $(PY) || python3 -m venv $(VENV)
-	# torch first, pinned: otherwise a dependency pulls a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	@# torch first, pinned: otherwise a dependency pulls a multi-GB CUDA build
+	@$(call logged,$(PY) -m pip install -q torch==2.13.0)
+	@$(call logged,$(PY) -m pip install -q -e '.[dev]')
+	@touch $(STAMP)
 
 # SGLang's own code beside the venv (not in it: its dependencies are GPU-only), pinned, with --no-deps:
 # tests/policies/server/test_sglang_conformance.py checks our launch flags and request bodies

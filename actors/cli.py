@@ -6,6 +6,7 @@ import json
 import sys
 
 from actors import tasks_cli
+from actors.report import console
 from configs import ConfigError, load_config
 
 
@@ -13,8 +14,9 @@ def _train(args: argparse.Namespace) -> int:
     from actors.driver import train
 
     cfg = load_config(args.config, [*args.overrides, *(["run.resume=true"] if args.resume else [])])
-    path = train(cfg)
-    print(f"[swerve] done: {path}")
+    with console.session(cfg.run.path / "logs", args.verbose):
+        path = train(cfg)
+        console.say(f"done: {path}")
     return 0
 
 
@@ -54,16 +56,20 @@ def _eval(args: argparse.Namespace) -> int:
     """pass@k of the policy (model.path) on a stratified subset of tasks; writes eval.json."""
     from actors.evaluate import evaluate, table
 
-    report = evaluate(load_config(args.config, args.overrides))
-    print(table(report))
-    print(f"[swerve] eval done: {report['out_dir']}/eval.json, predictions.jsonl")
+    cfg = load_config(args.config, args.overrides)
+    with console.session(cfg.run.path / "logs", args.verbose):
+        report = evaluate(cfg)
+        console.say(table(report))
+        console.say(f"eval done: {report['out_dir']}/eval.json, predictions.jsonl")
     return 0
 
 
 def _pipeline(args: argparse.Namespace) -> int:
     from actors.pipeline import run_pipeline
 
-    run_pipeline(load_config(args.config, args.overrides))
+    cfg = load_config(args.config, args.overrides)
+    with console.session(cfg.run.path / "logs", args.verbose):
+        run_pipeline(cfg)
     return 0
 
 
@@ -99,16 +105,22 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.total_steps=3")
         return p
 
-    train = with_config(sub.add_parser("train", help="run the asynchronous training loop"))
+    def a_run(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--verbose", action="store_true",
+                       help="print everything (Ray's and the actors' output, each step's status) instead of "
+                            "one progress line per stage; without it the rest is in runs/NAME/logs/console.log")
+        return with_config(p)
+
+    train = a_run(sub.add_parser("train", help="run the asynchronous training loop"))
     train.add_argument("--resume", action="store_true", help="continue from the run's newest checkpoint")
     train.set_defaults(func=_train)
     sft = with_config(sub.add_parser("sft", help="supervised fine-tuning on `messages` traces (JSONL)"))
     sft.add_argument("--data", help="traces file (sft.data)")
     sft.add_argument("--out", help="output HF model directory (sft.out_dir)")
     sft.set_defaults(func=_sft)
-    evaluate = with_config(sub.add_parser("eval", help="pass@k on a stratified task subset; writes eval.json"))
+    evaluate = a_run(sub.add_parser("eval", help="pass@k on a stratified task subset; writes eval.json"))
     evaluate.set_defaults(func=_eval)
-    with_config(sub.add_parser("pipeline", help="base eval -> SFT on expert traces -> async GRPO -> eval")
+    a_run(sub.add_parser("pipeline", help="base eval -> SFT on expert traces -> async GRPO -> eval")
                 ).set_defaults(func=_pipeline)
     status = with_config(sub.add_parser("status", help="live books of a running job (run.name=NAME)"))
     status.add_argument("--address", default="", help="Ray cluster address (default: RAY_ADDRESS or auto)")

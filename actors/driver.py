@@ -23,7 +23,8 @@ from actors.report.plots import write_plots
 from actors.restart import CheckpointCadence, resume_run, save_run_checkpoint
 from actors.supervisor import RoleFailure, Supervisor, call, guard
 from actors.report.run_dir import RunDir
-from actors.report.step_report import status_line, step_metrics, uniform_groups_hint, update_metrics
+from actors.report import console
+from actors.report.step_report import progress_figure, status_line, step_metrics, uniform_groups_hint, update_metrics
 from actors.trajectory import Batch
 from configs import Config
 from policies.checkpoint import latest_checkpoint
@@ -49,7 +50,7 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
             exporter.export(acc)  # live counters while the trainer waits
             hint = None if hinted else uniform_groups_hint(acc, cfg.rollout)
             if hint:
-                print(f"[swerve] warning: {hint}", flush=True)
+                console.warn(hint)
                 hinted = True
             print(f"[swerve] waiting for batch: in_flight={acc['in_flight']} buffered={acc['buffered']} "
                   f"admitted={acc['admitted']}", flush=True)
@@ -89,7 +90,7 @@ def begin(fleet: Fleet, cfg: Config, run_dir: RunDir, resume: bool) -> tuple[int
         step, version, readmitted = resume_run(fleet, run_dir.checkpoints, cfg.deadlines.checkpoint_s)
         run_dir.keep_rows_through(step)
         sync_weights(fleet, version, cfg)
-    print(f"[swerve] resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted", flush=True)
+    console.say(f"resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted")
     return step, version
 
 
@@ -110,15 +111,17 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
     engine_kills = EngineKills(cfg.faults.engine_kill_rate, cfg.run.seed * 65537 + 1)
     supervisor = Supervisor(cfg.run, resume_command(cfg))
     resume = cfg.run.resume
+    bar = None
     while True:
         fleet = launch(cfg, model_path, tasks)
         try:
             step, version = begin(fleet, cfg, run_dir, resume)
             start_episodes(fleet, cfg, tokenizer_path)
             cadence = CheckpointCadence(cfg.trainer, start_s=time.perf_counter())  # a resume counts from here
-            print(f"[swerve] run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
-                  f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
-                  f"{len(fleet.episodes)} episode actors -> {run_dir.path}", flush=True)
+            console.say(f"run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
+                        f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
+                        f"{len(fleet.episodes)} episode actors -> {run_dir.path}")
+            bar = bar or console.progress(f"{cfg.run.name} train", cfg.trainer.total_steps, "steps", done=step)
             while step < cfg.trainer.total_steps:
                 step += 1
                 t_step = time.perf_counter()
@@ -143,7 +146,8 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                 exporter.export(metrics)
                 run_dir.write_accounting({**accounting, "restarts": restarts, "tasks_skipped_quarantined": quarantined})
                 run_dir.write_trajectories(step, [t.summary() for t in batch.trajectories[: cfg.run.trajectories_per_step]])
-                print(status_line(metrics, cfg.trainer.total_steps), flush=True)
+                print(status_line(metrics, cfg.trainer.total_steps), flush=True)  # the log's; the console's:
+                bar.update(step, progress_figure(metrics))
                 supervisor.healed()
                 if cadence.due(step, cfg.trainer.total_steps, time.perf_counter()):
                     with guard():
@@ -153,6 +157,7 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                           f"({cadence.checkpoint_overhead_fraction(time.perf_counter()):.1%} of wall time so far)",
                           flush=True)
                     write_plots(run_dir.rows(), run_dir.path)
+            bar.finish()
             with guard():
                 # The trained policy as an HF directory: what `swerve eval` and the engines load.
                 ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])

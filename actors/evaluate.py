@@ -18,7 +18,7 @@ from math import comb
 from pathlib import Path
 from typing import Optional, Sequence
 
-from actors.report import redact
+from actors.report import console, redact
 from actors.batch_stats import tamper_rate
 from actors.report.run_dir import write_json, write_jsonl
 from actors.sample_collector import STOP
@@ -118,14 +118,23 @@ class EvalQueue(WorkSource):
         self.final.append(traj)
 
     def progress(self) -> dict:
+        scored = [t for t in self.final if not t.is_infra_error]
         return {"done": len(self.final), "total": self.total, "in_flight": len(self.in_flight),
-                "infra_reruns": self.infra_reruns}
+                "infra_reruns": self.infra_reruns, "scored": len(scored),
+                "resolved": sum(t.outcome == Outcome.RESOLVED.value for t in scored)}
 
     def results(self) -> list[Trajectory]:
         return list(self.final)
 
 
 # -- report --------------------------------------------------------------------------------
+def progress_figure(p: dict) -> str:
+    """The eval's progress line: pass@1 of the attempts scored so far (attempt-weighted: the
+    report's pass@1 weighs tasks equally, so the two differ a little)."""
+    so_far = f"{p['resolved'] / p['scored']:.2f}" if p["scored"] else "-"
+    return f"pass@1 so far {so_far} ({p['scored']} scored, {p['infra_reruns']} infra re-runs)"
+
+
 def summarize(tasks: Sequence, trajectories: Sequence[Trajectory], attempts: int) -> dict:
     """eval.json's numbers from the final trajectories (infra errors counted, never scored)."""
     by_task: dict[str, list[Trajectory]] = collections.defaultdict(list)
@@ -221,7 +230,7 @@ def table(report: dict) -> str:
 def out_dir(cfg: Config) -> Path:
     # The evaluation's outputs start here: from now on its logs and prints are redacted too.
     redact.install()
-    path = Path(cfg.eval.out_dir or Path(cfg.run.dir) / cfg.run.name).expanduser().resolve()
+    path = Path(cfg.eval.out_dir).expanduser().resolve() if cfg.eval.out_dir else cfg.run.path
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -251,6 +260,7 @@ def evaluate(cfg: Config) -> dict:
     fleet = launch_eval(cfg, model_path, ns, queue, rollout)
     try:
         start_episodes(fleet, cfg, tokenizer_path, min(cfg.rollout.num_episode_actors, len(tasks) * cfg.eval.attempts))
+        bar = console.progress(f"{cfg.run.name} eval", len(tasks) * cfg.eval.attempts, "attempts")
         next_status = time.monotonic() + cfg.run.status_interval_s
         # Dead episode actors are replaced (their attempts re-run as infra errors), as in training.
         while reap_episodes(fleet, cfg) < len(fleet.episode_runs):
@@ -259,10 +269,12 @@ def evaluate(cfg: Config) -> dict:
                 p = ray.get(queue.progress.remote())
                 print(f"[swerve] eval: {p['done']}/{p['total']} attempts done, {p['in_flight']} running, "
                       f"{p['infra_reruns']} infra re-runs", flush=True)
+                bar.update(p["done"], progress_figure(p))
                 next_status += cfg.run.status_interval_s
             time.sleep(cfg.rollout.poll_interval_s * 10)
         trajectories = ray.get(queue.results.remote())
         progress = ray.get(queue.progress.remote())
+        bar.finish(progress_figure(progress))
     finally:
         kill(fleet)
     model_name = cfg.eval.model_name or cfg.model.path or "swerve-tiny"

@@ -15,6 +15,7 @@ from actors.faults import FaultPlan
 from actors.engine_set import EngineSet
 from actors.placement import Placement
 from actors.placement_plan import build_plan
+from actors.report import console
 from actors.remote import NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call, remote_trainer
 from configs import Config
 from configs.schema import RolloutConfig
@@ -50,8 +51,8 @@ def init_ray(cfg: Config) -> None:
                            dashboard_host="127.0.0.1", dashboard_port=cfg.ray.dashboard_port or None,
                            _node_ip_address="127.0.0.1")
         if cfg.ray.dashboard and context is not None and context.dashboard_url:
-            print(f"[swerve] Ray dashboard: http://{context.dashboard_url} (this run's actors are in the namespace "
-                  f"{namespace(cfg)})", flush=True)
+            console.say(f"Ray dashboard: http://{context.dashboard_url} (this run's actors are in the namespace "
+                        f"{namespace(cfg)})")
 
 
 @dataclass

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
+from actors.report import console
 from actors.report.loggers import RunLoggers
 from actors.report.run_dir import write_json
 from actors.report.significance import paired_delta, per_task_pass_at_1, stage_interval
@@ -54,7 +55,7 @@ FRESH_HINT = "pipeline.fresh=true runs every stage again"
 
 def _stage_cfg(cfg: Config, stage: str, model_path: str, task_ids: Sequence[str] = (),
                resume: bool = False) -> Config:
-    base = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
+    base = cfg.run.path
     return dataclasses.replace(
         cfg,
         run=dataclasses.replace(cfg.run, dir=str(base), name=stage, resume=resume),
@@ -199,7 +200,7 @@ def _load_report(root: Path, stage: str, marker: dict) -> dict:
 
 
 def run_pipeline(cfg: Config) -> dict:
-    root = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
+    root = cfg.run.path
     root.mkdir(parents=True, exist_ok=True)
     plans = plan_stages(root, cfg)  # before any work: a stage name that does not exist fails here
     loggers = RunLoggers(cfg, root)  # each stage's eval as a point of the learning curve
@@ -232,12 +233,12 @@ def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> di
             policy = str(root / outputs["policy"]) if "policy" in outputs else policy
             traced_ids = plan.marker.get("traced_task_ids", traced_ids)
             loggers.log_eval(stage, index, reports[stage])
-            print(f"[swerve] pipeline: {stage} skipped: it finished earlier with this config "
-                  f"({stage}/{MARKER}), pass@1 = {reports[stage]['pass@1']} read from {outputs['eval']}; "
-                  f"{FRESH_HINT}", flush=True)
+            console.say(f"pipeline: {stage} skipped: it finished earlier with this config "
+                        f"({stage}/{MARKER}), pass@1 = {reports[stage]['pass@1']} read from {outputs['eval']}; "
+                        f"{FRESH_HINT}")
             continue
         if plan.note:
-            print(f"[swerve] pipeline: {stage} {plan.note}", flush=True)
+            console.say(f"pipeline: {stage} {plan.note}")
         if plan.action == "run" and stage_dir.exists():
             shutil.rmtree(stage_dir)  # what a killed or outdated attempt left is never taken as done
         stage_dir.mkdir(parents=True, exist_ok=True)
@@ -249,18 +250,23 @@ def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> di
             train_tasks = load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)
             train_tasks = train_tasks[: cfg.pipeline.trace_tasks or len(train_tasks)]
             traced_ids = [t.id for t in train_tasks]
-            counts = write_traces(str(traces), train_tasks, cfg.pipeline, cfg.env, cfg.sandbox, cfg.run.seed)
-            print(f"[swerve] pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)",
-                  flush=True)
+            bar = console.progress("sft traces", len(train_tasks), "tasks")
+            counts = write_traces(str(traces), train_tasks, cfg.pipeline, cfg.env, cfg.sandbox, cfg.run.seed,
+                                  on_task=lambda done, resolved: bar.update(done, f"{resolved} traces resolved"))
+            bar.finish()
+            console.say(f"pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)")
             policy = str(stage_dir / "policy")
-            run_sft(base_model, cfg.tokenizer.path or tokenizer_path, str(traces), policy,
-                    dataclasses.replace(cfg.sft, data=str(traces), out_dir=policy))
+            sft_cfg = dataclasses.replace(cfg.sft, data=str(traces), out_dir=policy)
+            bar = console.progress("sft train", 0, "steps")  # its size is known once the traces are read
+            run_sft(base_model, cfg.tokenizer.path or tokenizer_path, str(traces), policy, sft_cfg,
+                    on_step=lambda done, total, loss: bar.update(done, f"loss {loss:.3f}", total))
+            bar.finish()
             outputs.update(traces=f"{stage}/traces.jsonl", policy=f"{stage}/policy")
             marker["traced_task_ids"] = traced_ids
         elif stage == "rl":
             pool = rl_task_ids(train_ids, traced_ids, cfg.pipeline.rl_on_unseen_tasks)
-            print(f"[swerve] pipeline: RL on {len(pool)} training tasks"
-                  + (" that SFT never saw" if cfg.pipeline.rl_on_unseen_tasks and traced_ids else ""), flush=True)
+            console.say(f"pipeline: RL on {len(pool)} training tasks"
+                        + (" that SFT never saw" if cfg.pipeline.rl_on_unseen_tasks and traced_ids else ""))
             if plan.action == "run":  # before its first checkpoint: which config the checkpoints are of
                 write_json(stage_dir / STARTED, marker)
             run_path = train(_stage_cfg(cfg, stage, policy, pool, resume=plan.action == "resume"))
@@ -268,7 +274,7 @@ def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> di
             outputs.update(policy=str(Path(policy).relative_to(root)))
         reports[stage] = evaluate(_stage_cfg(cfg, stage, policy if stage != "base" else cfg.model.path))
         loggers.log_eval(stage, index, reports[stage])
-        print(f"[swerve] pipeline: {stage} pass@1 = {reports[stage]['pass@1']}", flush=True)
+        console.say(f"pipeline: {stage} pass@1 = {reports[stage]['pass@1']}")
         outputs.update(eval=f"{stage}/eval.json", predictions=f"{stage}/predictions.jsonl")
         # Last, and atomically: a stage without this file is not done, whatever else its directory holds.
         write_json(stage_dir / MARKER, {**marker, "outputs": outputs, "pass@1": reports[stage]["pass@1"],
@@ -303,7 +309,7 @@ def _summarize(cfg: Config, root: Path, reports: dict[str, dict]) -> dict:
     }
     write_json(root / "summary.json", summary)
     _plot(reports, intervals, deltas, root / "learning_curve.png")
-    print(summary_table(summary))
+    console.say(summary_table(summary))
     return summary
 
 

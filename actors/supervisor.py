@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from actors.report import console
 from configs.schema import RunConfig
 
 
@@ -98,8 +99,8 @@ class Supervisor:
                 f"run.max_restarts_total={self.cfg.max_restarts_total}). Fix the cause, then continue from the "
                 f"newest checkpoint with: {self.resume_command}") from failure
         self._failed_at = (kind, time.monotonic())
-        print(f"[swerve] {failure.role} {failure.cause}: rolling back to the newest checkpoint "
-              f"(restart {self.rollbacks[kind]}/{self.cfg.max_restarts} of {kind})", flush=True)
+        console.warn(f"{failure.role} {failure.cause}: rolling back to the newest checkpoint "
+                     f"(restart {self.rollbacks[kind]}/{self.cfg.max_restarts} of {kind})")
 
     def healed(self) -> None:
         """The rebuilt fleet finished a step: the time since the failure is that role's heal time."""

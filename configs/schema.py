@@ -5,6 +5,7 @@ Each actor receives its own section (a typed dataclass), never the whole tree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Literal
 
 
@@ -32,6 +33,11 @@ class RunConfig:
     max_restarts: int = 3
     max_restarts_total: int = 6
     loggers: List[RunLogger] = field(default_factory=lambda: ["jsonl"])
+
+    @property
+    def path(self) -> Path:
+        """runs/<name>: the run's directory (its logs in logs/, see actors/report/console.py)."""
+        return Path(self.dir).expanduser().resolve() / self.name
 
 
 @dataclass

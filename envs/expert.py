@@ -25,7 +25,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from configs.schema import EnvConfig, PipelineConfig, RunConfig, SandboxConfig, SWEEnvConfig, TasksConfig
 from envs.expert_plan import has_wrong_edit, parse_gold_patch, plan_trace, read_lines, wrong_lines
@@ -134,16 +134,16 @@ def _task_traces(job: _Job) -> tuple[list[dict], int]:
 
 
 def write_traces(out_file: str, tasks: Sequence[Task], pipeline: PipelineConfig, env: EnvConfig,
-                 sandbox: SandboxConfig, seed: int) -> dict:
+                 sandbox: SandboxConfig, seed: int, on_task: Optional[Callable[[int, int], None]] = None) -> dict:
     """Write resolved expert traces (JSONL `messages` rows) for every task; returns counts.
 
     From `pipeline`: traces_per_task, recovery_rate, expert_thoughts and trace_workers (> 1 plays
     tasks in that many processes, each trace running real commands; 0: one per CPU). The env is
-    the run's (`env`, `sandbox`), so a trace's observations are those an RL episode would see."""
+    the run's (`env`, `sandbox`), so a trace's observations are those an RL episode would see.
+    on_task(tasks done, traces resolved so far) as each task's traces are in (a progress line)."""
     started = time.monotonic()
     counts = {"tasks": len(tasks), "traces": 0, "resolved": 0, "with_recovery": 0,
               "failed": 0, "mean_turns": 0.0, "seconds": 0.0}
-    turns = 0
     out_dir = os.path.dirname(os.path.abspath(out_file))
     os.makedirs(out_dir, exist_ok=True)
     recoverable = {task.id for task in tasks if has_wrong_edit(task)}
@@ -155,11 +155,19 @@ def write_traces(out_file: str, tasks: Sequence[Task], pipeline: PipelineConfig,
     if workers > 1 and len(jobs) > 1:
         # spawn: the caller may hold threads (Ray) that a forked child must not inherit.
         with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
-            results = list(pool.map(_task_traces, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+            _write(out_file, pool.map(_task_traces, jobs, chunksize=max(1, len(jobs) // (4 * workers))), counts, on_task)
     else:
-        results = [_task_traces(job) for job in jobs]
+        _write(out_file, map(_task_traces, jobs), counts, on_task)
+    counts["seconds"] = round(time.monotonic() - started, 2)
+    return counts
+
+
+def _write(out_file: str, results: Iterable[tuple[list[dict], int]], counts: dict,
+           on_task: Optional[Callable[[int, int], None]]) -> None:
+    """Each task's traces as they come (in task order), counted into `counts`."""
+    turns = 0
     with open(out_file, "w") as handle:
-        for rows, failed in results:
+        for done, (rows, failed) in enumerate(results, 1):
             counts["failed"] += failed
             for row in rows:
                 turns += row.pop("turns")
@@ -167,9 +175,9 @@ def write_traces(out_file: str, tasks: Sequence[Task], pipeline: PipelineConfig,
                 counts["traces"] += 1
                 counts["resolved"] += 1
                 counts["with_recovery"] += int(row["recovery"])
+            if on_task is not None:
+                on_task(done, counts["resolved"])
     counts["mean_turns"] = round(turns / counts["traces"], 2) if counts["traces"] else 0.0
-    counts["seconds"] = round(time.monotonic() - started, 2)
-    return counts
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -19,7 +19,7 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -142,9 +142,10 @@ def _pad(batch: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, cfg: SFTConfig,
-            log=print) -> dict:
+            on_step: Optional[Callable[[int, int, float], None]] = None) -> dict:
     """Fine-tune the model at model_path on the traces in data_file; write an HF model
-    directory (with tokenizer files) to out_dir. Returns a summary with the per-step losses."""
+    directory (with tokenizer files) to out_dir. Returns a summary with the per-step losses.
+    on_step(done, total, loss) after each step (a progress line); every 10th step is printed."""
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(tokenizer_path)
@@ -178,7 +179,9 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
             optimizer.step()
             losses.append(loss.item())
             if len(losses) % 10 == 0 or len(losses) == total:
-                log(f"[swerve sft] step {len(losses)}/{total} loss={loss.item():.4f}")
+                print(f"[swerve sft] step {len(losses)}/{total} loss={losses[-1]:.4f}", flush=True)
+            if on_step is not None:
+                on_step(len(losses), total, losses[-1])
             if len(losses) >= total:
                 break
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -53,7 +53,7 @@ def write_jsonl(path: Path, rows, mode: str = "w") -> None:
 
 class RunDir:
     def __init__(self, cfg: Config):
-        self.path = Path(cfg.run.dir).expanduser().resolve() / cfg.run.name
+        self.path = cfg.run.path
         self.checkpoints = self.path / "checkpoints"
         # The run's outputs start here: from now on its logs and prints are redacted too.
         redact.install()

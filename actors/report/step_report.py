@@ -77,6 +77,12 @@ def status_line(m: dict, total_steps: int) -> str:
             f"infra={m['infra_excluded']}")
 
 
+def progress_figure(m: dict) -> str:
+    """What the training stage's progress line shows after each step (actors/report/console.py)."""
+    return (f"reward {_fmt(m['reward_mean'], '.2f')}, train pass rate {_fmt(m['resolved_rate'], '.2f')}, "
+            f"staleness {_fmt(m['staleness_mean'], '.1f')} (max {_fmt(m['staleness_max'], 'd')})")
+
+
 # Groups dropped by dynamic sampling before the first batch after which the run says it is stuck.
 UNIFORM_GROUPS_BEFORE_HINT = 4
 

@@ -1,6 +1,7 @@
 """`swerve pipeline` end to end at the smallest size: every stage runs and the files appear; a
 re-run continues (finished stages skipped, RL resumed from its checkpoint) instead of starting over."""
 import contextlib
+import io
 import json
 import os
 import re
@@ -36,8 +37,27 @@ def story_args(run_dir, swerve_cache, name="story", *extra):
 def story(ray_session, swerve_cache, tmp_path_factory):
     """One finished pipeline (base, sft, rl) shared by the tests that read it or re-run it."""
     run_dir = tmp_path_factory.mktemp("pipeline")
-    assert main(["pipeline", *story_args(run_dir, swerve_cache)]) == 0
+    terminal = io.StringIO()  # what a user would see (a pipe, not a terminal: no live redraws)
+    with contextlib.redirect_stdout(terminal):
+        assert main(["pipeline", *story_args(run_dir, swerve_cache)]) == 0
+    (run_dir / "terminal.txt").write_text(terminal.getvalue())
     return run_dir
+
+
+@pytest.mark.slow  # reads the pipeline's output
+def test_the_console_shows_a_progress_line_per_stage_and_the_log_holds_the_rest(story):
+    console = (story / "terminal.txt").read_text().splitlines()
+    log = (story / "story" / "logs" / "console.log").read_text()
+    assert len(console) < 40, console
+    for label, unit in (("base eval", "attempts"), ("sft traces", "tasks"), ("sft train", "steps"),
+                        ("rl train", "steps"), ("sft eval", "attempts"), ("rl eval", "attempts")):
+        done = [line for line in console if line.startswith(f"[swerve] {label}: ") and "took" in line]
+        assert len(done) == 1 and f" {unit}/" in done[0], (label, console)
+    assert console[-1] == f"[swerve] the whole log: {story / 'story' / 'logs' / 'console.log'}"
+    # Each step's status, the weight-loading bars and Ray's worker notices are the log's alone.
+    for chatter in ("[swerve] step 1/1", "Loading weights", "[swerve] eval: "):
+        assert chatter in log and not any(chatter in line for line in console), chatter
+    assert all(line in log for line in console[:-1])  # the log holds the console's lines too
 
 
 @pytest.mark.slow  # the whole pipeline on Ray
@@ -89,6 +109,12 @@ def test_rerun_of_a_finished_pipeline_skips_every_stage(story, swerve_cache, cap
     assert "rl - sft:" in out  # the table is printed as after a full run
 
 
+def _tails(console: Path, root: Path) -> str:
+    """A child pipeline's console and the end of its run's log, for a failed assert."""
+    run_log = root / "logs" / "console.log"
+    return console.read_text()[-2000:] + "\n--- run log ---\n" + (run_log.read_text()[-3000:] if run_log.exists() else "")
+
+
 # Ray's per-node agents outlive a SIGKILLed raylet for minutes; they write nothing of a run's.
 RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
@@ -126,8 +152,8 @@ def test_pipeline_killed_during_rl_resumes_from_its_checkpoint(ray_session, swer
         deadline = time.monotonic() + 150
         while latest_checkpoint(str(root / "rl" / "checkpoints")) is None:
             assert proc.poll() is None, f"the pipeline ended (rc {proc.returncode}) before a checkpoint:\n" \
-                                        + log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no RL checkpoint within 150 s:\n" + log.read_text()[-3000:]
+                                        + _tails(log, root)
+            assert time.monotonic() < deadline, "no RL checkpoint within 150 s:\n" + _tails(log, root)
             time.sleep(0.2)
         os.kill(proc.pid, signal.SIGKILL)  # the pipeline's process, as a user's kill -9 would
         proc.wait()
@@ -142,7 +168,7 @@ def test_pipeline_killed_during_rl_resumes_from_its_checkpoint(ray_session, swer
                 os.kill(pid, signal.SIGKILL)
     assert not (root / "rl" / MARKER).exists()
     saved_step = list_checkpoints(str(root / "rl" / "checkpoints"))[-1][0]
-    assert saved_step == 1, log.read_text()[-3000:]
+    assert saved_step == 1, _tails(log, root)
 
     capsys.readouterr()
     assert main(["pipeline", *args]) == 0

@@ -131,8 +131,10 @@ def test_job_runs_and_is_watched_live(ray_head, tmp_path, swerve_cache):
     assert wait_until(prometheus, 180, "ray_swerve_admitted on the Prometheus endpoint", poll_s=2)
     job = ray_head.wait_job(job_id, 600)
     assert job["status"] == "SUCCEEDED", ray_head.logs(job_id)[-3000:]
-    logs = ray_head.logs(job_id)
-    assert "[swerve] step 1/3" in logs and "[swerve] step 3/3" in logs
+    logs = ray_head.logs(job_id)  # the console: a progress line per stage; each step's status is in the run's log
+    assert "[swerve] live train: 3/3 steps" in logs and "[swerve] step 1/3" not in logs
+    run_log = (tmp_path / "live" / "logs" / "console.log").read_text()
+    assert "[swerve] step 1/3" in run_log and "[swerve] step 3/3" in run_log
     rows = [json.loads(line) for line in (tmp_path / "live" / "metrics.jsonl").read_text().splitlines()]
     assert [r["policy_version"] for r in rows] == [1, 2, 3] and all(r["staleness_max"] <= 1 for r in rows)
 

@@ -94,11 +94,15 @@ def test_parallel_workers_play_the_same_traces(traces, tmp_path):
     observations differ only in pytest's timings)."""
     _, rows, _ = traces
     out = tmp_path / "parallel.jsonl"
+    told = []  # what a progress line hears: (tasks done, traces resolved so far), one per task
     counts = write_traces(str(out), load_tasks("builtin", "train", TASK_IDS),
                           PipelineConfig(traces_per_task=2, recovery_rate=0.5, trace_workers=2),
-                          EnvConfig(), SandboxConfig(workdir_root=str(tmp_path)), seed=0)
+                          EnvConfig(), SandboxConfig(workdir_root=str(tmp_path)), seed=0,
+                          on_task=lambda *done: told.append(done))
     parallel = [json.loads(line) for line in out.read_text().splitlines()]
     assert counts["traces"] == len(rows)
+    assert [done for done, _ in told] == list(range(1, len(TASK_IDS) + 1))
+    assert told[-1][1] == counts["resolved"] and all(a[1] <= b[1] for a, b in zip(told, told[1:]))
 
     def replies(rs):
         return [(r["task_id"], r["recovery"], [m["content"] for m in r["messages"] if m["role"] == "assistant"])

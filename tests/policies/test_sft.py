@@ -74,8 +74,10 @@ def test_sft_loss_goes_down_and_writes_a_loadable_model(model_path, tokenizer_pa
     data = write_traces(tmp_path / "traces.jsonl")
     cfg = SFTConfig(lr=3e-3, batch_size=3, epochs=10, max_steps=24, seed=0)
     out = str(tmp_path / "sft-model")
-    summary = run_sft(model_path, tokenizer_path, data, out, cfg, log=lambda *_: None)
+    steps = []  # what a progress line is told: (done, total, loss) after each step
+    summary = run_sft(model_path, tokenizer_path, data, out, cfg, on_step=lambda *step: steps.append(step))
     assert summary["steps"] == 24 and summary["examples"] == 9 and summary["skipped_unresolved"] == 3
+    assert steps == [(i + 1, 24, loss) for i, loss in enumerate(summary["losses"])]
     first, last = summary["losses"][:3], summary["losses"][-3:]
     assert sum(last) / 3 < 0.5 * sum(first) / 3, summary["losses"]
     hf = AutoModelForCausalLM.from_pretrained(out)
