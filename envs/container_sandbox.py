@@ -62,13 +62,25 @@ def fill_and_snapshot_script(workdir: str, tarball: str | None) -> str:
     if tarball is not None:
         steps.append(f"tar -xzf {shlex.quote(tarball)} -C {wd} && rm -f {shlex.quote(tarball)}")
     steps.append(f"( {scrub_history_script(workdir)} )")
-    steps.append(f"rm -rf {pristine} && cp -a {wd} {pristine}")
+    steps.append(snapshot_script(workdir))
     return " && ".join(steps)
+
+
+def _replace_contents(source: str, target: str) -> str:
+    # Contents, not the folders: in a docker lease both are volume mount points.
+    return f"mkdir -p {target} && find {target} -mindepth 1 -delete && cp -a {source}/. {target}/"
+
+
+def snapshot_script(workdir: str) -> str:
+    """The pristine twin: a copy of the workspace only root can open (the agent runs as another
+    user), so neither reset nor grading can be steered by editing it."""
+    wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
+    return f"{_replace_contents(wd, pristine)} && chown 0:0 {pristine} && chmod 700 {pristine}"
 
 
 def restore_script(workdir: str) -> str:
     wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
-    return f"rm -rf {wd} && cp -a {pristine} {wd}"
+    return _replace_contents(pristine, wd)
 
 
 def with_deadline(command: str, timeout_s: float) -> str:

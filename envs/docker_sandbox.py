@@ -28,7 +28,7 @@ from typing import List, Optional
 from configs.schema import SandboxConfig
 from envs.cgroups import pid_alive
 from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, pristine_path, restore_script,
-                                    scrub_history_script, workspace_path)
+                                    scrub_history_script, snapshot_script, workspace_path)
 from envs.outcomes import InfraError, InfraSource
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
@@ -75,13 +75,22 @@ class DockerSandbox:
         self.last_start_s: float = 0.0
 
     def run_argv(self, image: str, name: str) -> List[str]:
+        """The lease container: no network, capped memory (no swap), processes and file size, a
+        read-only root file system. Writable: the workspace and its pristine twin (volumes
+        labelled like the container, so nothing of a lease outlives it unnoticed) and /tmp.
+        Its init runs as root, so that set-up and reset can chown and restore; the agent's
+        commands run as docker_user (exec --user) and, under no-new-privileges, cannot regain
+        root through a setuid binary."""
         memory = f"{self.config.memory_mb}m"
+        labels = [f"{OWNER_LABEL}={os.getpid()}", f"{HOST_LABEL}={socket.gethostname()}"]
         argv = [self._docker, "run", "-d", "--name", name, "--network", "none", "--memory", memory,
                 "--memory-swap", memory, "--pids-limit", str(self.config.max_processes), "--init",
-                "--security-opt", "no-new-privileges", "--label", f"{OWNER_LABEL}={os.getpid()}",
-                "--label", f"{HOST_LABEL}={socket.gethostname()}"]
-        if self.config.docker_user:
-            argv += ["--user", self.config.docker_user]
+                "--ulimit", f"fsize={self.config.max_file_mb * 1024 * 1024}",
+                "--security-opt", "no-new-privileges", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,exec"]
+        for label in labels:
+            argv += ["--label", label]
+        for path in (self.workdir, pristine_path(self.workdir)):
+            argv += ["--mount", ",".join([f"type=volume,dst={path}", *(f"volume-label={label}" for label in labels)])]
         return argv + ["--entrypoint", "sleep", image, "infinity"]
 
     def start(self, task: Task) -> None:
@@ -110,6 +119,8 @@ class DockerSandbox:
         if timeout_s is None:
             timeout_s = self.config.command_timeout_s
         argv = [self._docker, "exec", "-w", self.workdir]
+        if self.config.docker_user:
+            argv += ["--user", self.config.docker_user]
         for key, value in CONTAINER_ENV.items():
             argv += ["-e", f"{key}={value}"]
         argv += [container, "timeout", "-k", "1", f"{timeout_s:.3f}", "bash", "-c", command]
@@ -117,12 +128,27 @@ class DockerSandbox:
             result = run_process(argv, _cli_env(), "/", timeout_s + CLIENT_GRACE_S, self.config.max_output_bytes)
         except OSError as error:
             raise InfraError(InfraSource.SANDBOX, f"docker: cannot run docker exec: {error}") from error
-        if result.timed_out:
-            # The CLI was killed; what it started inside still runs: end all but the init.
-            self._cli([self._docker, "exec", "-u", "0", container, "kill", "-9", "-1"], "kill timed-out commands", check=False)
-        elif deadline_fired(result.exit_code, result.duration_s, timeout_s):
+        if not result.timed_out and deadline_fired(result.exit_code, result.duration_s, timeout_s):
             result.timed_out, result.exit_code = True, TIMEOUT_EXIT_CODE
+        self._end_leftovers(container, result.timed_out)
         return result
+
+    def _end_leftovers(self, container: str, timed_out: bool) -> None:
+        """Nothing a command started outlives it (as in the local sandbox): `kill -9 -1` run as
+        the agent's user ends every process of that user, never the root-owned lease process.
+        When that cannot run (the pids limit is full: a fork bomb), or the agent runs as root,
+        a timed-out command's leftovers go with a restart of the container; its volumes (the
+        workspace) stay."""
+        if self.config.docker_user:
+            # bash's own kill: images need not have a kill binary; kill(-1) spares its caller.
+            swept = subprocess.run([self._docker, "exec", "--user", self.config.docker_user, container,
+                                    "bash", "-c", "kill -9 -1 2>/dev/null; exit 0"],
+                                   capture_output=True, env=_cli_env(), timeout=_CLI_TIMEOUT_S)
+            if swept.returncode == 0:
+                return
+        elif not timed_out:
+            return
+        self._cli([self._docker, "restart", "-t", "0", container], "restart the container to end leftover processes")
 
     def read_file(self, path: str) -> str:
         target = workspace_path(self.workdir, path)
@@ -159,7 +185,8 @@ class DockerSandbox:
         with _LIVE_LOCK:
             _LIVE.discard(self)
         if container is not None:
-            self._cli([self._docker, "rm", "-f", container], "remove the container", check=False)
+            # -v: the lease's volumes (workspace, pristine twin) go with it.
+            self._cli([self._docker, "rm", "-f", "-v", container], "remove the container", check=False)
 
     # ---- internals -------------------------------------------------------------------------
 
@@ -170,7 +197,7 @@ class DockerSandbox:
 
     def _fill_workspace(self) -> None:
         container = self._lease()
-        workdir, pristine = shlex.quote(self.workdir), shlex.quote(pristine_path(self.workdir))
+        workdir = shlex.quote(self.workdir)
         self._root_sh(f"mkdir -p {workdir}", "create the workspace")
         if not self._task.image and self._task.workspace_dir:
             source = os.path.join(self._task.workspace_dir, ".")
@@ -178,7 +205,7 @@ class DockerSandbox:
         steps = [f"( {scrub_history_script(self.workdir)} )"]
         if self.config.docker_user:
             steps.append(f"chown -R {shlex.quote(self.config.docker_user)} {workdir}")
-        steps.append(f"rm -rf {pristine} && cp -a {workdir} {pristine}")
+        steps.append(snapshot_script(self.workdir))
         self._root_sh(" && ".join(steps), "snapshot the workspace")
 
     def _root_sh(self, script: str, what: str) -> None:
@@ -217,4 +244,4 @@ class DockerSandbox:
         for line in listing.splitlines():
             cid, _, owner = line.partition(" ")
             if owner.isdigit() and not pid_alive(int(owner)):
-                self._cli([self._docker, "rm", "-f", cid], "remove a dead owner's container", check=False)
+                self._cli([self._docker, "rm", "-f", "-v", cid], "remove a dead owner's container", check=False)

@@ -26,6 +26,23 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def docker_image():
+    """A Docker engine for the session (started here when none answers and this machine can run
+    one; stopped at the end, by its pid) and the offline-built base image's tag. Skips, with
+    the reason, where no engine can run."""
+    from envs import docker_engine
+
+    pid, reason = docker_engine.start_engine()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        yield docker_engine.ensure_base_image()
+    finally:
+        if pid is not None:
+            docker_engine.stop_engine(pid)
+
+
 # The run-sized tiny model of tests/smoke.yaml; tests/policies overrides these with a smaller one.
 @pytest.fixture(scope="session")
 def tiny_cfg(swerve_cache):
@@ -52,5 +69,5 @@ def model_path(tiny_policy):
 # training run or a process fleet carry `pytest.mark.slow` themselves.
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "ray_session" in item.fixturenames:
+        if "ray_session" in item.fixturenames or "docker_image" in item.fixturenames:
             item.add_marker(pytest.mark.slow)

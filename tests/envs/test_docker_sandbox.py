@@ -1,12 +1,12 @@
-"""The docker backend. With a Docker engine the lifecycle runs for real; without one those
-tests skip and a stand-in `docker` CLI (tests below) checks the argv and the lease logic."""
+"""The docker backend. With a Docker engine (tests/conftest.py starts one where it can) the
+lifecycle runs for real; without one those tests skip and a stand-in `docker` CLI checks the
+argv and the lease logic."""
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from typing import Optional
 
 import pytest
 
@@ -15,21 +15,6 @@ from envs.container_sandbox import CONTAINER_ENV
 from envs.docker_sandbox import DockerSandbox
 from envs.outcomes import InfraError
 
-
-def docker_engine_reason() -> Optional[str]:
-    """None when a Docker engine answers, else why not (the reason the real-engine tests skip)."""
-    docker = shutil.which("docker")
-    if docker is None:
-        return "docker: the docker CLI is not installed"
-    try:
-        done = subprocess.run([docker, "info"], capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"docker: no Docker engine running ({error})"
-    return None if done.returncode == 0 else "docker: no Docker engine running"
-
-
-_NO_ENGINE = docker_engine_reason()
-needs_engine = pytest.mark.skipif(_NO_ENGINE is not None, reason=_NO_ENGINE or "")
 
 # A stand-in docker CLI: logs its argv, runs `exec` on this host in the -w folder, does
 # `cp` with tar streams. `kill -9 -1` is only logged (here it would hit the whole host).
@@ -51,8 +36,8 @@ FAKE_DOCKER = textwrap.dedent('''
             if args[i] == "-e": env.update([args[i + 1].split("=", 1)])
             i += 2
         argv = args[i + 1:]
-        if argv[:3] == ["kill", "-9", "-1"]:
-            sys.exit(0)
+        if any("kill -9 -1" in arg for arg in argv) or argv[:3] == ["kill", "-9", "-1"]:
+            sys.exit(0)  # never on this host: it would end every process we may signal
         sys.exit(subprocess.call(argv, cwd=cwd if os.path.isdir(cwd) else "/", env=env))
     elif cmd == "cp":
         src, dst = args[1], args[2]
@@ -111,17 +96,25 @@ def test_container_is_started_locked_down_and_removed(fake_docker, make_box, tas
     box.start(task_by_id["textkit-001"])
     run = next(call for call in fake_docker() if call[0] == "run")
     joined = " ".join(run)
-    for flag in ("--network none", "--memory 512m", "--memory-swap 512m", "--pids-limit 128",
-                 "--user 1000:1000", "--entrypoint sleep python:3.11-slim infinity", "-d"):
+    for flag in ("--network none", "--memory 512m", "--memory-swap 512m", "--pids-limit 128", "--read-only",
+                 f"--ulimit fsize={64 * 1024 * 1024}", "--security-opt no-new-privileges",
+                 "--entrypoint sleep python:3.11-slim infinity", "-d"):
         assert flag in joined
+    assert "--user" not in run  # the lease's init is root (set-up, reset); the agent's commands are not
+    mounts = [run[i + 1] for i, arg in enumerate(run) if arg == "--mount"]
+    assert len(mounts) == 2 and all(f"volume-label=swerve.owner={os.getpid()}" in m for m in mounts)
     assert box.container == "fakecontainer01" and box.last_start_s > 0
     result = box.exec("ls; echo err >&2; exit 3")
     assert result.exit_code == 3 and "textkit" in result.output and "err" in result.output
-    execs = [call for call in fake_docker() if call[0] == "exec" and "bash" in call]
-    assert execs[-1][-3:] == ["bash", "-c", "ls; echo err >&2; exit 3"] and "timeout" in execs[-1]
+    execs = [call for call in fake_docker() if call[0] == "exec" and "timeout" in call]
+    assert execs[-1][-3:] == ["bash", "-c", "ls; echo err >&2; exit 3"]
+    assert execs[-1][execs[-1].index("--user") + 1] == "1000:1000"
+    # After each command, what it left running is ended, as the agent's user.
+    sweep = fake_docker()[fake_docker().index(execs[-1]) + 1]
+    assert sweep[:3] == ["exec", "--user", "1000:1000"] and "kill -9 -1" in sweep[-1]
     assert not any("E2B_API_KEY" in " ".join(call) for call in fake_docker())
     box.close()
-    assert fake_docker()[-1] == ["rm", "-f", "fakecontainer01"]
+    assert fake_docker()[-1] == ["rm", "-f", "-v", "fakecontainer01"]
     with pytest.raises(InfraError, match="no open lease"):
         box.exec("true")
 
@@ -193,9 +186,8 @@ def test_missing_cli_is_an_infra_error(monkeypatch, tmp_path):
 # ---- with a real Docker engine -----------------------------------------------------------
 
 
-@needs_engine
-def test_real_container_lifecycle(make_box, task_by_id):
-    box = make_box(docker_image="python:3.11-slim", memory_mb=512, max_processes=64)
+def test_real_container_lifecycle(docker_image, make_box, task_by_id):
+    box = make_box(docker_image=docker_image, container_workdir="/workspace", memory_mb=512, max_processes=64)
     box.start(task_by_id["textkit-001"])
     assert box.exec("id -u").output.strip() == "1000"
     assert box.exec("pwd").output.strip() == box.workdir
