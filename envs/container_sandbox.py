@@ -57,7 +57,7 @@ def scrub_history_script(workdir: str) -> str:
 def fill_and_snapshot_script(workdir: str, tarball: str | None) -> str:
     """Shell run as root at start: unpack the upload (if any), drop version-control history,
     then keep a pristine copy."""
-    wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
+    wd = shlex.quote(workdir)
     steps = [f"mkdir -p {wd}"]
     if tarball is not None:
         steps.append(f"tar -xzf {shlex.quote(tarball)} -C {wd} && rm -f {shlex.quote(tarball)}")
@@ -66,21 +66,23 @@ def fill_and_snapshot_script(workdir: str, tarball: str | None) -> str:
     return " && ".join(steps)
 
 
-def _replace_contents(source: str, target: str) -> str:
-    # Contents, not the folders: in a docker lease both are volume mount points.
-    return f"mkdir -p {target} && find {target} -mindepth 1 -delete && cp -a {source}/. {target}/"
+def pristine_tree(workdir: str) -> str:
+    """The pristine copy itself, inside pristine_path: that folder is root's alone (0700), and the
+    copy keeps the workspace's own owner and mode, which a restore gives back to the workspace."""
+    return pristine_path(workdir) + "/tree"
 
 
 def snapshot_script(workdir: str) -> str:
-    """The pristine twin: a copy of the workspace only root can open (the agent runs as another
-    user), so neither reset nor grading can be steered by editing it."""
-    wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
-    return f"{_replace_contents(wd, pristine)} && chown 0:0 {pristine} && chmod 700 {pristine}"
+    """Keep a pristine copy of the workspace where the agent (another user) can neither read nor
+    write it, so neither reset nor grading can be steered by editing it."""
+    wd, outer, tree = shlex.quote(workdir), shlex.quote(pristine_path(workdir)), shlex.quote(pristine_tree(workdir))
+    return f"mkdir -p {outer} && chown 0:0 {outer} && chmod 700 {outer} && rm -rf {tree} && cp -a {wd} {tree}"
 
 
 def restore_script(workdir: str) -> str:
-    wd, pristine = shlex.quote(workdir), shlex.quote(pristine_path(workdir))
-    return _replace_contents(pristine, wd)
+    # The workspace's contents, not the folder: in a docker lease it is a volume's mount point.
+    wd, tree = shlex.quote(workdir), shlex.quote(pristine_tree(workdir))
+    return f"find {wd} -mindepth 1 -delete && cp -a {tree}/. {wd}/"
 
 
 def with_deadline(command: str, timeout_s: float) -> str:

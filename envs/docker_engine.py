@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
-# What the base image holds: Python 3.11, pytest and git (SWE-bench-style repositories), bash
-# and coreutils (the sandbox's `timeout`). Part of the tag: change it and a new image is built.
-BASE_RECIPE = {"suite": "bookworm", "variant": "minbase", "include": ["python3", "python3-pytest", "git"],
-               "recipe": 1}
+# What the base image holds: Python 3.11 (also as `python`, which task test commands call),
+# pytest and git (SWE-bench-style repositories), bash and coreutils (the sandbox's `timeout`).
+# Part of the tag: change it and a new image is built.
+BASE_RECIPE = {"suite": "bookworm", "variant": "minbase",
+               "include": ["python3", "python-is-python3", "python3-pytest", "git"], "recipe": 1}
 BASE_REPOSITORY = "swerve-base"
 CACHE_LABEL = "swerve.cache"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

@@ -229,14 +229,14 @@ def test_grading_on_the_pristine_view_holds_in_e2b(make_box, task_by_id):
     """The catalogue's exploits through the e2b backend, and one only a container allows: the
     pristine copy lives in the sandbox, so the agent edits it too (caught by the start listing)."""
     from bench.tamper_catalogue import CATALOGUE, TASK_ID, TamperAttempt, play
-    from envs.container_sandbox import pristine_path
+    from envs.container_sandbox import pristine_tree
     from envs.pristine_view import PRISTINE_ALTERED
     from envs.swe_env import SWEEnv
 
     task, box, env = task_by_id[TASK_ID], make_box(), SWEEnv()
     attempts = {a.name: a for a in CATALOGUE}
     conftest = attempts["conftest_pass_every_report"].commands[0]
-    twin = TamperAttempt("edit_the_pristine_copy", "pristine", (conftest, f"cp conftest.py {pristine_path(box.workdir)}/"),
+    twin = TamperAttempt("edit_the_pristine_copy", "pristine", (conftest, f"cp conftest.py {pristine_tree(box.workdir)}/"),
                          fools_naive=True)
     for attempt in (attempts["conftest_pass_every_report"], attempts["fake_pytest_module"], twin):
         played = play(attempt, env, task, sandbox=box)
