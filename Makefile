@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sglang-side test test-fast run check-dashboard clean
+.PHONY: setup sglang-side docker test test-fast run check-dashboard clean
 
 setup: $(STAMP)
 
@@ -40,8 +40,19 @@ sglang-side: setup
 	else rm -rf '$(SGLANG_SIDE).tmp'; \
 		echo "warning: SGLang side install failed; the SGLang conformance tests will skip (retry: make sglang-side)"; fi
 
+# A Docker engine for the container sandbox's tests: the engine (docker.io) and debootstrap (the
+# offline base image) installed if missing, then the base image built once per engine (cached by
+# its recipe's hash). Where none of it can be had, only a warning: those tests then skip, naming
+# why. The tests start a daemon themselves when none answers, and stop it, by its pid, at the end.
+docker: setup
+	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null \
+		|| { { apt-get update -qq && apt-get install -y -qq docker.io debootstrap; } >> $(SETUP_LOG) 2>&1; } \
+		|| echo "warning: docker.io / debootstrap not installed; the Docker tests will skip"
+	@$(PY) -m envs.docker_engine base-image >> $(SETUP_LOG) 2>&1 \
+		|| echo "warning: no Docker base image ($$(tail -n 1 $(SETUP_LOG))); the Docker tests will skip"
+
 # The full suite (what CI runs).
-test: setup sglang-side
+test: setup sglang-side docker
 	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' $(PY) -m pytest -q -p no:cacheprovider tests
 
 # Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).

@@ -7,7 +7,7 @@ built offline: `debootstrap` from the Debian mirror apt already uses, imported a
 `swerve-base:<hash of the recipe>`, so a changed recipe builds a new one and an unchanged one
 is built once per engine (kept between runs, like the venv; labelled `swerve.cache=base`).
 
-    python -m envs.docker_engine base-image   # prints the tag, building it if missing
+    python -m envs.docker_engine base-image   # prints the tag, building it if missing (make docker)
 """
 from __future__ import annotations
 
@@ -117,13 +117,13 @@ def image_exists(tag: str) -> bool:
     return _docker("image", "inspect", tag, timeout_s=30).returncode == 0
 
 
-def apt_mirror() -> str:
+def apt_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
     """The Debian mirror apt uses on this machine (the only one reachable offline)."""
-    for path in sorted(Path("/etc/apt").glob("sources.list.d/*.sources")):
+    for path in sorted(etc_apt.glob("sources.list.d/*.sources")):
         for line in path.read_text().splitlines():
             if line.startswith("URIs:") and "security" not in line:
                 return line.split()[1]
-    sources = Path("/etc/apt/sources.list")
+    sources = etc_apt / "sources.list"
     for line in sources.read_text().splitlines() if sources.exists() else []:
         parts = line.split()
         if parts[:1] == ["deb"] and "security" not in line:
@@ -156,14 +156,23 @@ def ensure_base_image() -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """`base-image`: build the base image if this engine lacks it, starting a daemon for that when
+    none answers (and stopping it after). `status`: whether an engine answers."""
     parser = argparse.ArgumentParser(prog="python -m envs.docker_engine", description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("base-image", "status"))
     args = parser.parse_args(argv)
-    reason = engine_reason()
+    if args.action == "status":
+        print(engine_reason() or "docker: an engine answers")
+        return 0 if engine_reason() is None else 1
+    pid, reason = start_engine()
     if reason is not None:
         print(reason)
         return 1
-    print(ensure_base_image() if args.action == "base-image" else "docker: an engine answers")
+    try:
+        print(ensure_base_image())
+    finally:
+        if pid is not None:
+            stop_engine(pid)
     return 0
 
 
