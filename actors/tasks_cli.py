@@ -60,7 +60,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from envs.local_sandbox import LocalSandbox
+    import dataclasses
+
+    from actors.sandbox_actor import SANDBOX_BACKENDS
     from envs.validate import OK, QUARANTINED, SKIPPED, quarantine_path, validate_task, write_quarantine
 
     if args.split is None and not any(o.startswith("tasks.split=") for o in args.overrides):
@@ -69,11 +71,14 @@ def _validate(args: argparse.Namespace) -> int:
     task_set = _load(cfg)
     # The limit training grades with, so the gate passes exactly the tasks a run can grade.
     timeout_s = cfg.env.swe.grade_timeout_s if args.timeout_s is None else args.timeout_s
+    # The configured backend (sandbox.backend=docker runs image tasks), one fresh lease per check.
+    backend, sandbox_cfg = SANDBOX_BACKENDS[cfg.sandbox.backend], dataclasses.replace(cfg.sandbox, pool_size=0)
     header = ("id", "repo", "gold", "empty", "verdict", "reason", "seconds")
     print("\t".join(header), flush=True)
     results = []
     for task in task_set.tasks:
-        result = validate_task(task, lambda: LocalSandbox(cfg.sandbox), timeout_s, cfg.env.swe.listing_timeout_s)
+        result = validate_task(task, lambda: backend(sandbox_cfg), timeout_s, cfg.env.swe.listing_timeout_s,
+                               runs_images=cfg.sandbox.backend != "local")
         results.append(result)
         cells = (result.task_id, result.repo, _yes_no(result.gold_resolved), _yes_no(result.empty_resolved),
                  result.verdict, result.reason or "-", f"{result.seconds:.1f}")
@@ -83,7 +88,7 @@ def _validate(args: argparse.Namespace) -> int:
     path = quarantine_path(cfg.tasks)
     all_quarantined = write_quarantine(path, cfg.tasks.source, results)
     print(f"{len(results)} tasks from {repos} repos: {count[OK]} ok, {count[QUARANTINED]} quarantined, "
-          f"{count[SKIPPED]} skipped" + (" (needs container backend)" if count[SKIPPED] else "")
+          f"{count[SKIPPED]} skipped" + (" (needs container backend: sandbox.backend=docker)" if count[SKIPPED] else "")
           + (f"; {len(task_set.skipped)} malformed rows skipped" if task_set.skipped else ""))
     print(f"quarantine file: {path} ({len(all_quarantined)} tasks listed)")
     return 1 if count[QUARANTINED] else 0

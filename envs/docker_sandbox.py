@@ -31,6 +31,7 @@ from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fire
                                     scrub_history_script, snapshot_script, workspace_path)
 from envs.outcomes import InfraError, InfraSource
 from envs.jail.capture import TIMEOUT_EXIT_CODE
+from envs.loaders.harbor import FORMAT as HARBOR, VERIFIER_LOGS_DIR, VERIFIER_TESTS_DIR
 from envs.process import run_process
 from envs.sandbox import ExecResult
 from envs.tasks import Task
@@ -43,6 +44,9 @@ HOST_LABEL = "swerve.host"
 _CLI_TIMEOUT_S = 120.0
 _LIVE: "weakref.WeakSet[DockerSandbox]" = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
+# One build per image tag at a time in this process (concurrent leases of one Harbor task).
+_BUILD_LOCKS: dict[str, threading.Lock] = {}
+_BUILD_TIMEOUT_S = 1800.0
 _swept = False
 
 
@@ -74,7 +78,7 @@ class DockerSandbox:
         self._task: Optional[Task] = None
         self.last_start_s: float = 0.0
 
-    def run_argv(self, image: str, name: str) -> List[str]:
+    def run_argv(self, image: str, name: str, verifier_dirs: tuple[str, ...] = ()) -> List[str]:
         """The lease container: no network, capped memory (no swap), processes and file size, a
         read-only root file system. Writable: the workspace and its pristine twin (volumes
         labelled like the container, so nothing of a lease outlives it unnoticed) and /tmp.
@@ -87,6 +91,8 @@ class DockerSandbox:
                 "--memory-swap", memory, "--pids-limit", str(self.config.max_processes), "--init",
                 "--ulimit", f"fsize={self.config.max_file_mb * 1024 * 1024}",
                 "--security-opt", "no-new-privileges", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,exec"]
+        for path in verifier_dirs:  # where a Harbor verifier reads its tests and writes its reward
+            argv += ["--tmpfs", f"{path}:rw,nosuid,nodev,mode=1777"]
         for label in labels:
             argv += ["--label", label]
         for path in (self.workdir, pristine_path(self.workdir)):
@@ -98,8 +104,11 @@ class DockerSandbox:
         self.close()
         self._sweep_dead_owners()
         image = task.image or self.config.docker_image
+        if task.build_context:
+            self._ensure_image(image, task.build_context)
         name = f"swerve-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        created = self._cli(self.run_argv(image, name), f"start a container from {image!r}")
+        verifier_dirs = (VERIFIER_TESTS_DIR, VERIFIER_LOGS_DIR) if task.source == HARBOR else ()
+        created = self._cli(self.run_argv(image, name, verifier_dirs), f"start a container from {image!r}")
         self.container = created.strip().splitlines()[-1] if created.strip() else name
         with _LIVE_LOCK:
             _LIVE.add(self)
@@ -132,6 +141,16 @@ class DockerSandbox:
             result.timed_out, result.exit_code = True, TIMEOUT_EXIT_CODE
         self._end_leftovers(container, result.timed_out)
         return result
+
+    def _ensure_image(self, image: str, context: str) -> None:
+        """Build a task's image from its build context (a Harbor task's environment/), once per
+        tag and engine; offline, as the sandbox runs (--network none)."""
+        with _BUILD_LOCKS.setdefault(image, threading.Lock()):
+            if subprocess.run([self._docker, "image", "inspect", image], capture_output=True,
+                              env=_cli_env(), timeout=_CLI_TIMEOUT_S).returncode == 0:
+                return
+            self._cli([self._docker, "build", "-q", "--network", "none", "--label", "swerve.cache=task-image",
+                       "-t", image, context], f"build {image!r} from {context}", timeout_s=_BUILD_TIMEOUT_S)
 
     def _end_leftovers(self, container: str, timed_out: bool) -> None:
         """Nothing a command started outlives it (as in the local sandbox): `kill -9 -1` run as
@@ -211,12 +230,14 @@ class DockerSandbox:
     def _root_sh(self, script: str, what: str) -> None:
         self._cli([self._docker, "exec", "-u", "0", self._lease(), "sh", "-c", script], what)
 
-    def _cli(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None) -> str:
-        return self._cli_bytes(argv, what, check, stdin).decode("utf-8", errors="replace")
+    def _cli(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None,
+             timeout_s: float = _CLI_TIMEOUT_S) -> str:
+        return self._cli_bytes(argv, what, check, stdin, timeout_s).decode("utf-8", errors="replace")
 
-    def _cli_bytes(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None) -> bytes:
+    def _cli_bytes(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None,
+                   timeout_s: float = _CLI_TIMEOUT_S) -> bytes:
         try:
-            done = subprocess.run(argv, input=stdin, capture_output=True, env=_cli_env(), timeout=_CLI_TIMEOUT_S)
+            done = subprocess.run(argv, input=stdin, capture_output=True, env=_cli_env(), timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired) as error:
             if not check:
                 log.warning("docker: cannot %s: %s", what, error)

@@ -126,4 +126,6 @@ def file_diff(path: str, old: Optional[str], new: Optional[str]) -> str:
     b = f"b/{path}" if new is not None else "/dev/null"
     lines = difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True), a, b)
     body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-    return f"diff --git a/{path} b/{path}\n{body}" if body else ""
+    # git apply needs the mode line to create or delete a file under a `diff --git` header.
+    mode = "new file mode 100644\n" if old is None else "deleted file mode 100644\n" if new is None else ""
+    return f"diff --git a/{path} b/{path}\n{mode}{body}" if body else ""

@@ -6,8 +6,9 @@ with the gold patch applied (written into the workspace, applied with `patch -p1
 once untouched; both are graded with the SWE-bench rule (`envs.grader.grade`). Tasks that fail
 are quarantined: `write_quarantine` records them (task id -> reason, plus the source) in a JSON
 file written atomically, and training skips the ids `load_quarantine` returns. Tasks whose
-repository lives in an image (workspace_dir == "") cannot run in the local sandbox: they are
-reported "skipped" (needs a container backend), never quarantined. An infrastructure error
+repository lives in an image (workspace_dir == "") are checked in containers (sandbox.backend=
+docker); the local sandbox cannot run them, so there they are reported "skipped" (needs a
+container backend), never quarantined. An infrastructure error
 while checking a task quarantines it with the error as the reason (rerun validate once fixed).
 `swerve tasks validate` grades with env.swe.grade_timeout_s, the limit training grades with,
 so a task passes the gate iff its suite can be graded in a run.
@@ -81,13 +82,15 @@ def _apply_gold(sandbox: Sandbox, task: Task, timeout_s: float) -> Optional[str]
 
 
 def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s: float,
-                  listing_timeout_s: float) -> ValidationResult:
+                  listing_timeout_s: float, runs_images: bool = False) -> ValidationResult:
+    """`runs_images`: the factory's sandboxes are containers, so tasks whose repository lives in
+    an image are checked too (else reported skipped)."""
     started = time.monotonic()
 
     def done(verdict: str, reason: str, gold: Optional[bool] = None, empty: Optional[bool] = None):
         return ValidationResult(task.id, task.repo, verdict, reason, gold, empty, round(time.monotonic() - started, 2))
 
-    if not task.workspace_dir:
+    if not task.workspace_dir and not (runs_images and task.image):
         return done(SKIPPED, f"{NEEDS_CONTAINER} (image {task.image or '?'})")
     if not task.gold_patch and not task.gold_script:
         return done(QUARANTINED, "no gold patch to check the task with")

@@ -71,9 +71,13 @@ def detect_format(source: str) -> str:
     if path.is_dir() and harbor.task_dirs(path):
         return "harbor"
     keys = sniff_keys(path)
+    # test_patch first: SWE-bench rows that name their image (envs/image_suite.py) have image_name
+    # too, and SWE-smith rows never have a test_patch (their patch breaks the code; tests are in it).
+    if "test_patch" in keys:
+        return "swebench"
     if "image_name" in keys or "repo_path" in keys:
         return "swesmith"
-    if "test_patch" in keys or "base_commit" in keys:
+    if "base_commit" in keys:
         return "swebench"
     raise ValueError(f"cannot detect the format of task source {source!r} (no Harbor task directory, no "
                      f"SWE-bench or SWE-smith rows); set tasks.format to one of {sorted(LOADERS)}")

@@ -41,9 +41,11 @@ VERIFIER_LOGS_DIR = "/logs/verifier"
 
 
 def test_command(tests_dir: str = VERIFIER_TESTS_DIR, logs_dir: str = VERIFIER_LOGS_DIR) -> str:
-    """Copy the tests where Harbor puts them, run test.sh, exit 0 iff the reward file says >= 1."""
+    """Copy the tests where Harbor puts them, run test.sh, exit 0 iff the reward file says >= 1.
+    Both folders are emptied first: a reward file the agent planted there is never read."""
     return (
-        f"mkdir -p {tests_dir} {logs_dir} && cp -r {TESTS_DIR}/. {tests_dir}/ && (bash {tests_dir}/test.sh; true)"
+        f"rm -rf {tests_dir}/* {logs_dir}/* && mkdir -p {tests_dir} {logs_dir} && cp -r {TESTS_DIR}/. {tests_dir}/"
+        f" && (bash {tests_dir}/test.sh; true)"
         f" && awk 'NR==1 {{ok = ($1 + 0 >= 1)}} END {{exit !ok}}' {logs_dir}/reward.txt"
     )
 

@@ -3,9 +3,10 @@
 Fields read: instance_id, repo, base_commit, patch, test_patch, problem_statement,
 FAIL_TO_PASS, PASS_TO_PASS (lists, or JSON-encoded strings of lists as in the parquet
 files); optional: hints_text, version, environment_setup_commit, difficulty (-> stratum),
-split. The repository lives in SWE-bench's per-instance image
-(`swebench/sweb.eval.x86_64.<instance_id, "__" -> "_1776_", lower case>:latest`) at
-/testbed, so workspace_dir is "" and these tasks need a container backend.
+split, image_name. The repository lives in SWE-bench's per-instance image
+(`swebench/sweb.eval.x86_64.<instance_id, "__" -> "_1776_", lower case>:latest`, or the row's
+image_name: envs/image_suite.py's rows name their own) at /testbed, so workspace_dir is "" and
+these tasks need a container backend.
 gold_patch = patch; test_patch is kept for the grader to apply before the tests run.
 
 Not supported: SWE-bench's per-repository test commands and log parsers. test_command is
@@ -55,7 +56,7 @@ def row_to_task(row: dict) -> Task:
         setup=SETUP,
         split=row_split(row),
         source=FORMAT,
-        image=image_name(instance_id),
+        image=optional_str(row, "image_name") or image_name(instance_id),
         test_patch=require_str(row, "test_patch"),
         **path_globs(row),
     )
