@@ -137,10 +137,24 @@ class DockerSandbox:
             result = run_process(argv, _cli_env(), "/", timeout_s + CLIENT_GRACE_S, self.config.max_output_bytes)
         except OSError as error:
             raise InfraError(InfraSource.SANDBOX, f"docker: cannot run docker exec: {error}") from error
+        if result.exit_code != 0 and not self._running(container):
+            # The lease died under the command (killed, OOM of its init, the daemon): the
+            # sandbox's fault, never the agent's, so the episode is re-run, not scored.
+            self._gone(container, result.output)
         if not result.timed_out and deadline_fired(result.exit_code, result.duration_s, timeout_s):
             result.timed_out, result.exit_code = True, TIMEOUT_EXIT_CODE
         self._end_leftovers(container, result.timed_out)
         return result
+
+    @staticmethod
+    def _gone(container: str, output: str) -> None:
+        last = (output.strip().splitlines() or ["-"])[-1][-300:]
+        raise InfraError(InfraSource.SANDBOX, f"docker: container {container[:12]} is gone (last output: {last})")
+
+    def _running(self, container: str) -> bool:
+        state = subprocess.run([self._docker, "inspect", "-f", "{{.State.Running}}", container], capture_output=True,
+                               text=True, env=_cli_env(), timeout=_CLI_TIMEOUT_S)
+        return state.returncode == 0 and state.stdout.strip() == "true"
 
     def _ensure_image(self, image: str, context: str) -> None:
         """Build a task's image from its build context (a Harbor task's environment/), once per
@@ -167,6 +181,8 @@ class DockerSandbox:
                 return
         elif not timed_out:
             return
+        if not self._running(container):  # died since the command ended: never revived behind the episode
+            self._gone(container, swept.stderr.decode(errors="replace") if self.config.docker_user else "")
         self._cli([self._docker, "restart", "-t", "0", container], "restart the container to end leftover processes")
 
     def read_file(self, path: str) -> str:

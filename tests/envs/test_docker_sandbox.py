@@ -31,6 +31,8 @@ FAKE_DOCKER = textwrap.dedent('''
         sys.exit(1)
     if cmd == "run":
         print("fakecontainer01")
+    elif cmd == "inspect":
+        print("true")  # the container is running
     elif cmd == "exec":
         i, cwd, env = 1, "/", dict(os.environ)
         while args[i].startswith("-"):
@@ -112,7 +114,8 @@ def test_container_is_started_locked_down_and_removed(fake_docker, make_box, tas
     assert execs[-1][-3:] == ["bash", "-c", "ls; echo err >&2; exit 3"]
     assert execs[-1][execs[-1].index("--user") + 1] == "1000:1000"
     # After each command, what it left running is ended, as the agent's user.
-    sweep = fake_docker()[fake_docker().index(execs[-1]) + 1]
+    calls = fake_docker()
+    sweep = next(c for c in calls[calls.index(execs[-1]) + 1:] if c[0] == "exec")
     assert sweep[:3] == ["exec", "--user", "1000:1000"] and "kill -9 -1" in sweep[-1]
     assert not any("E2B_API_KEY" in " ".join(call) for call in fake_docker())
     box.close()
@@ -326,3 +329,15 @@ def test_grading_on_the_pristine_view_holds_in_a_real_container(real_box, task_b
     env.step("```bash\nsed -i 's/if len(text) < width:/if len(text) <= width:/' textkit/wrap.py\n```")
     _, reward, _, _, info = env.step("```bash\nsubmit\n```")
     assert reward == 1.0 and info["tampered"] == {} and "+    if len(text) <= width:" in info["model_patch"]
+
+
+def test_a_container_killed_under_the_agent_is_an_infra_error_not_a_failed_command(real_box, task_by_id):
+    box = real_box()
+    box.start(task_by_id["textkit-001"])
+    assert box.exec("echo 'Error response from daemon: mimicked'; exit 1").exit_code == 1  # the agent's own words
+    subprocess.run(["docker", "kill", box.container], capture_output=True, check=True)
+    with pytest.raises(InfraError, match="is gone") as error:
+        box.exec("true")
+    assert error.value.source.value == "sandbox"
+    box.start(task_by_id["textkit-001"])  # a fresh lease works again
+    assert box.exec("echo back").output.strip() == "back"
