@@ -16,15 +16,14 @@ IDS = ["textkit-001", "textkit-002", "textkit-003", "textkit-004"]
 
 
 def _kill_one_lease(stop: threading.Event, killed: list) -> None:
-    """Kill the first lease container that has lived a second (an episode is using it)."""
+    """Kill the first lease container as soon as it runs: its episode is starting or running in it
+    (a tiny model's episode can end within a second, so waiting could miss it)."""
     while not stop.is_set() and not killed:
         listed = subprocess.run(["docker", "ps", "-q", "--filter", "label=swerve.owner",
                                  "--filter", "status=running"], capture_output=True, text=True).stdout.split()
-        if listed:
-            time.sleep(1.0)
-            if subprocess.run(["docker", "kill", listed[0]], capture_output=True).returncode == 0:
-                killed.append(listed[0])
-        time.sleep(0.2)
+        if listed and subprocess.run(["docker", "kill", listed[0]], capture_output=True).returncode == 0:
+            killed.append(listed[0])
+        time.sleep(0.05)
 
 
 def test_training_on_image_tasks_survives_a_killed_container(docker_image, ray_session, swerve_cache, tmp_path):
