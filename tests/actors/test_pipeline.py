@@ -38,8 +38,9 @@ def story(ray_session, swerve_cache, tmp_path_factory):
     """One finished pipeline (base, sft, rl) shared by the tests that read it or re-run it."""
     run_dir = tmp_path_factory.mktemp("pipeline")
     terminal = io.StringIO()  # what a user would see (a pipe, not a terminal: no live redraws)
+    # A status line every 0.2 s, so even a fast machine's 2-task eval writes one to the log.
     with contextlib.redirect_stdout(terminal):
-        assert main(["pipeline", *story_args(run_dir, swerve_cache)]) == 0
+        assert main(["pipeline", *story_args(run_dir, swerve_cache, "story", "run.status_interval_s=0.2")]) == 0
     (run_dir / "terminal.txt").write_text(terminal.getvalue())
     return run_dir
 
