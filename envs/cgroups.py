@@ -57,14 +57,16 @@ class LeaseCgroup:
         self.version = version
 
     @classmethod
-    def create(cls, memory_bytes: int, max_pids: int) -> "LeaseCgroup":
-        name = f"{NAME_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:10]}"
+    def create(cls, memory_bytes: Optional[int], max_pids: Optional[int], role: str = "lease") -> "LeaseCgroup":
+        """A cgroup named after this process (so that a sweep knows when its owner is gone);
+        None limits leave that controller unlimited (a jail's own cgroup only holds it to kill it)."""
+        name = f"{NAME_PREFIX}{os.getpid()}-{role}-{uuid.uuid4().hex[:10]}"
         if (CGROUP_ROOT / "cgroup.controllers").exists():
             return cls._create_v2(name, memory_bytes, max_pids)
         return cls._create_v1(name, memory_bytes, max_pids)
 
     @classmethod
-    def _create_v1(cls, name: str, memory_bytes: int, max_pids: int) -> "LeaseCgroup":
+    def _create_v1(cls, name: str, memory_bytes: Optional[int], max_pids: Optional[int]) -> "LeaseCgroup":
         own = _own_paths()
         parents = {}
         for controller in _V1_CONTROLLERS:
@@ -81,18 +83,20 @@ class LeaseCgroup:
                 path = parent / name
                 path.mkdir()
                 made.dirs[controller] = path
-            _write(made.dirs["pids"] / "pids.max", str(max_pids))
-            _write(made.dirs["memory"] / "memory.limit_in_bytes", str(memory_bytes))
-            memsw = made.dirs["memory"] / "memory.memsw.limit_in_bytes"
-            if memsw.exists():
-                _write(memsw, str(memory_bytes))  # swap must not bypass the limit
+            if max_pids is not None:
+                _write(made.dirs["pids"] / "pids.max", str(max_pids))
+            if memory_bytes is not None:
+                _write(made.dirs["memory"] / "memory.limit_in_bytes", str(memory_bytes))
+                memsw = made.dirs["memory"] / "memory.memsw.limit_in_bytes"
+                if memsw.exists():
+                    _write(memsw, str(memory_bytes))  # swap must not bypass the limit
         except OSError:
             made.remove()
             raise
         return made
 
     @classmethod
-    def _create_v2(cls, name: str, memory_bytes: int, max_pids: int) -> "LeaseCgroup":
+    def _create_v2(cls, name: str, memory_bytes: Optional[int], max_pids: Optional[int]) -> "LeaseCgroup":
         parent = CGROUP_ROOT / _own_paths().get("", "/").lstrip("/")
         enabled = (parent / "cgroup.subtree_control").read_text().split()
         wanted = [c for c in ("pids", "memory") if c not in enabled]
@@ -103,11 +107,13 @@ class LeaseCgroup:
         made = cls({"unified": parent / name}, version=2)
         try:
             made.dirs["unified"].mkdir()
-            _write(made.dirs["unified"] / "pids.max", str(max_pids))
-            _write(made.dirs["unified"] / "memory.max", str(memory_bytes))
-            swap = made.dirs["unified"] / "memory.swap.max"
-            if swap.exists():
-                _write(swap, "0")
+            if max_pids is not None:
+                _write(made.dirs["unified"] / "pids.max", str(max_pids))
+            if memory_bytes is not None:
+                _write(made.dirs["unified"] / "memory.max", str(memory_bytes))
+                swap = made.dirs["unified"] / "memory.swap.max"
+                if swap.exists():
+                    _write(swap, "0")
         except OSError:
             made.remove()
             raise
@@ -221,10 +227,9 @@ def _sweep_stale(parent: Path) -> None:
                 except ProcessLookupError:
                     continue  # exited between listing and kill
             _thaw(entry)
-            try:
-                entry.rmdir()
-            except OSError as error:
-                log.warning("could not remove stale cgroup %s: %s", entry, error)
+            # The killed are accounted a moment later: rmdir right away was EBUSY (and left the
+            # directory to the next sweep), so wait for them as a lease's own close does.
+            stale.remove()
 
 
 def cgroups_unavailable_reason() -> Optional[str]:

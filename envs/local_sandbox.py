@@ -108,6 +108,10 @@ class LocalSandbox:
         self._task: Optional[Task] = None
         self._lease_dir: Optional[Path] = None
         self._cgroup: Optional[LeaseCgroup] = None
+        # The jail's own cgroup (bwrap and its server; no limits): the one sure way to end a jail
+        # whose processes were stopped before bwrap set their parent-death signal, and the way a
+        # later lease's sweep ends the jails of an owner that was SIGKILLed.
+        self._jail_cgroup: Optional[LeaseCgroup] = None
         self._server: Optional[ExecServer] = None
         self._sh = shutil.which("sh") or "/bin/sh"
         # Seconds the last start() took, from request to a sandbox that ran its probe command.
@@ -131,7 +135,11 @@ class LocalSandbox:
         except OSError as error:
             self.close()
             raise InfraError(InfraSource.SANDBOX, f"cannot create workspace for {task.id}: {error}") from error
-        self._cgroup = self._make_cgroup()
+        if self.config.cgroup != "off":
+            self._cgroup = self._make_cgroup("lease", self.config.memory_mb * _MIB, self.config.max_processes,
+                                             "fork bombs and total memory are not contained")
+        if self._cgroup is not None and self.isolated:
+            self._jail_cgroup = self._make_cgroup("jail", None, None, "a stopped jail may outlive a killed owner")
         probe = self.exec("true")
         if probe.exit_code != 0:
             raise InfraError(InfraSource.SANDBOX, f"sandbox probe failed ({probe.exit_code}): {probe.output[-2000:]}")
@@ -161,6 +169,8 @@ class LocalSandbox:
 
     def _start_server(self) -> ExecServer:
         argv = [*self._limits(), *_bwrap_argv(self._bwrap, str(self.workspace)), *server_command(sys.executable, self._bash)]
+        if self._jail_cgroup is not None:
+            argv = [self._sh, "-c", _JOIN_CGROUP, "sh", *self._jail_cgroup.procs_files, "--", *argv]
         procs = self._cgroup.procs_files if self._cgroup is not None else []
         self._server = ExecServer(argv, clean_env(), str(self.workspace), procs, self._lease_dir / "exec-server.log")
         return self._server
@@ -169,6 +179,8 @@ class LocalSandbox:
         if self._server is not None:
             self._server.stop()
             self._server = None
+        if self._jail_cgroup is not None:
+            self._jail_cgroup.kill_all()  # what stop() could not reach: stopped, or out of bwrap's tree
 
     def _exec_unjailed(self, command: str, timeout_s: float) -> ExecResult:
         workspace = str(self.workspace)
@@ -202,29 +214,34 @@ class LocalSandbox:
         """The lease's cgroup, None when cgroups are off or unavailable."""
         return self._cgroup
 
+    @property
+    def jail_cgroup(self) -> Optional[LeaseCgroup]:
+        """The cgroup of the jail itself (bwrap and its exec server), None when there is none."""
+        return self._jail_cgroup
+
     def close(self) -> None:
         self._stop_server()
-        if self._cgroup is not None:
-            self._cgroup.remove()
-            self._cgroup = None
+        for cgroup in (self._jail_cgroup, self._cgroup):
+            if cgroup is not None:
+                cgroup.remove()
+        self._jail_cgroup = self._cgroup = None
         if self._lease_dir is not None:
             shutil.rmtree(self._lease_dir)
         self._lease_dir = None
         self._task = None
 
-    def _make_cgroup(self) -> Optional[LeaseCgroup]:
+    def _make_cgroup(self, role: str, memory_bytes: Optional[int], max_pids: Optional[int],
+                     lacking: str) -> Optional[LeaseCgroup]:
         global _warned_no_cgroup
-        if self.config.cgroup == "off":
-            return None
         try:
-            return LeaseCgroup.create(self.config.memory_mb * _MIB, self.config.max_processes)
+            return LeaseCgroup.create(memory_bytes, max_pids, role)
         except OSError as error:
             if self.config.cgroup == "required":
                 self.close()
                 raise InfraError(InfraSource.SANDBOX, f"sandbox.cgroup='required' but {error}") from error
             if not _warned_no_cgroup:
                 _warned_no_cgroup = True
-                log.warning("no per-lease cgroup (%s): fork bombs and total memory are not contained", error)
+                log.warning("no per-%s cgroup (%s): %s", role, error, lacking)
             return None
 
     def _copy_workspace(self) -> None:

@@ -1,7 +1,9 @@
 import os
 import pwd
+import signal
 import shutil
 import socket
+import sys
 import subprocess
 import tempfile
 import time
@@ -447,3 +449,57 @@ def test_a_git_workspace_keeps_its_files_but_not_the_history_holding_the_fix(tmp
     finally:
         sandbox.close()
     assert subprocess.run([*git, "cat-file", "-t", fix], capture_output=True).returncode == 0  # the source is untouched
+
+
+_OWNER = """
+import sys, time
+from configs.schema import SandboxConfig
+from envs.local_sandbox import LocalSandbox
+from envs.tasks import Task
+box = LocalSandbox(SandboxConfig(isolation="bwrap", cgroup="required", workdir_root=sys.argv[2]))
+box.start(Task(id="t", repo="r", workspace_dir=sys.argv[1], problem_statement="", test_command="true",
+               fail_to_pass=(), pass_to_pass=(), gold_patch="", stratum="", test_files=()))
+assert box.exec("echo up").output == "up\\n"
+print(box.jail_cgroup.procs_files[0], flush=True)
+time.sleep(600)
+"""
+
+
+@needs_cgroup
+@needs_bwrap
+@pytest.mark.slow  # starts an owner process and its jail
+def test_a_jail_left_by_a_killed_owner_is_ended_by_the_next_lease(tmp_path):
+    """What the owner's stop() never reached (here a stopped process, as one caught in bwrap's
+    set-up before its parent-death signal) is in the jail's cgroup, which the next lease's sweep
+    ends once the owner is gone."""
+    from pathlib import Path
+
+    from envs.cgroups import LeaseCgroup, pid_alive
+
+    (tmp_path / "repo").mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(tmp_path / "repo"), str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    straggler = None
+    try:
+        procs = Path(owner.stdout.readline().strip())
+        assert procs.name == "cgroup.procs" and "-jail-" in procs.parent.name, procs
+        jail = [int(pid) for pid in procs.read_text().split()]
+        assert jail and all("bwrap" in Path(f"/proc/{pid}/cmdline").read_text() or "exec_server" in
+                            Path(f"/proc/{pid}/cmdline").read_text() for pid in jail)
+        # An orphan, as a jail's leftover is: init reaps it, not this test.
+        straggler = int(subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                       text=True, check=True).stdout)
+        procs.write_text(str(straggler))
+        os.kill(straggler, signal.SIGSTOP)
+        owner.kill()
+        owner.wait(timeout=10)
+        LeaseCgroup.create(64 * 2**20, 16).remove()  # any later lease sweeps the dead owner's cgroups
+        assert not procs.parent.exists()
+        deadline_s = time.monotonic() + 10
+        while pid_alive(straggler) and time.monotonic() < deadline_s:
+            time.sleep(0.05)
+        assert not pid_alive(straggler)
+    finally:
+        owner.kill()
+        if straggler is not None and pid_alive(straggler):
+            os.kill(straggler, signal.SIGKILL)
