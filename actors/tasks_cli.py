@@ -73,12 +73,13 @@ def _validate(args: argparse.Namespace) -> int:
     timeout_s = cfg.env.swe.grade_timeout_s if args.timeout_s is None else args.timeout_s
     # The configured backend (sandbox.backend=docker runs image tasks), one fresh lease per check.
     backend, sandbox_cfg = SANDBOX_BACKENDS[cfg.sandbox.backend], dataclasses.replace(cfg.sandbox, pool_size=0)
+    runs_images = backend.backend_cls.runs_images
     header = ("id", "repo", "gold", "empty", "verdict", "reason", "seconds")
     print("\t".join(header), flush=True)
     results = []
     for task in task_set.tasks:
         result = validate_task(task, lambda: backend(sandbox_cfg), timeout_s, cfg.env.swe.listing_timeout_s,
-                               runs_images=cfg.sandbox.backend != "local")
+                               runs_images=runs_images)
         results.append(result)
         cells = (result.task_id, result.repo, _yes_no(result.gold_resolved), _yes_no(result.empty_resolved),
                  result.verdict, result.reason or "-", f"{result.seconds:.1f}")

@@ -405,6 +405,9 @@ class SandboxConfig:
     docker_image: str = "python:3.11-slim"
     # User commands run as inside the container ("" keeps the image's user).
     docker_user: str = "1000:1000"
+    # How long one docker CLI call (inspect, cp, rm; not a command, which has its own timeout)
+    # may wait for the daemon before the lease is an infra error.
+    docker_cli_timeout_s: float = 120.0
 
 
 @dataclass

@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 OWNER_LABEL = "swerve.owner"
 HOST_LABEL = "swerve.host"
 # Seconds a docker CLI call that is not a user command may take.
-_CLI_TIMEOUT_S = 120.0
 _LIVE: "weakref.WeakSet[DockerSandbox]" = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
 # One build per image tag at a time in this process (concurrent leases of one Harbor task).
@@ -68,6 +67,8 @@ def _cli_env() -> dict:
 
 
 class DockerSandbox:
+    runs_images = True
+
     def __init__(self, config: SandboxConfig):
         self.config = config
         self.workdir = config.container_workdir
@@ -152,16 +153,14 @@ class DockerSandbox:
         raise InfraError(InfraSource.SANDBOX, f"docker: container {container[:12]} is gone (last output: {last})")
 
     def _running(self, container: str) -> bool:
-        state = subprocess.run([self._docker, "inspect", "-f", "{{.State.Running}}", container], capture_output=True,
-                               text=True, env=_cli_env(), timeout=_CLI_TIMEOUT_S)
-        return state.returncode == 0 and state.stdout.strip() == "true"
+        state = self._run([self._docker, "inspect", "-f", "{{.State.Running}}", container], "inspect the container")
+        return state.returncode == 0 and state.stdout.strip() == b"true"
 
     def _ensure_image(self, image: str, context: str) -> None:
         """Build a task's image from its build context (a Harbor task's environment/), once per
         tag and engine; offline, as the sandbox runs (--network none)."""
         with _BUILD_LOCKS.setdefault(image, threading.Lock()):
-            if subprocess.run([self._docker, "image", "inspect", image], capture_output=True,
-                              env=_cli_env(), timeout=_CLI_TIMEOUT_S).returncode == 0:
+            if self._run([self._docker, "image", "inspect", image], f"inspect {image!r}").returncode == 0:
                 return
             self._cli([self._docker, "build", "-q", "--network", "none", "--label", "swerve.cache=task-image",
                        "-t", image, context], f"build {image!r} from {context}", timeout_s=_BUILD_TIMEOUT_S)
@@ -174,9 +173,8 @@ class DockerSandbox:
         workspace) stay."""
         if self.config.docker_user:
             # bash's own kill: images need not have a kill binary; kill(-1) spares its caller.
-            swept = subprocess.run([self._docker, "exec", "--user", self.config.docker_user, container,
-                                    "bash", "-c", "kill -9 -1 2>/dev/null; exit 0"],
-                                   capture_output=True, env=_cli_env(), timeout=_CLI_TIMEOUT_S)
+            swept = self._run([self._docker, "exec", "--user", self.config.docker_user, container,
+                               "bash", "-c", "kill -9 -1 2>/dev/null; exit 0"], "end the command's leftovers")
             if swept.returncode == 0:
                 return
         elif not timed_out:
@@ -247,18 +245,18 @@ class DockerSandbox:
         self._cli([self._docker, "exec", "-u", "0", self._lease(), "sh", "-c", script], what)
 
     def _cli(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None,
-             timeout_s: float = _CLI_TIMEOUT_S) -> str:
+             timeout_s: Optional[float] = None) -> str:
         return self._cli_bytes(argv, what, check, stdin, timeout_s).decode("utf-8", errors="replace")
 
     def _cli_bytes(self, argv: List[str], what: str, check: bool = True, stdin: Optional[bytes] = None,
-                   timeout_s: float = _CLI_TIMEOUT_S) -> bytes:
+                   timeout_s: Optional[float] = None) -> bytes:
         try:
-            done = subprocess.run(argv, input=stdin, capture_output=True, env=_cli_env(), timeout=timeout_s)
-        except (OSError, subprocess.TimeoutExpired) as error:
+            done = self._run(argv, what, stdin, timeout_s)
+        except InfraError as error:
             if not check:
-                log.warning("docker: cannot %s: %s", what, error)
+                log.warning("%s", error)
                 return b""
-            raise InfraError(InfraSource.SANDBOX, f"docker: cannot {what}: {error}") from error
+            raise
         if done.returncode != 0:
             message = done.stderr.decode("utf-8", errors="replace").strip()[-2000:]
             if not check:
@@ -266,6 +264,16 @@ class DockerSandbox:
                 return done.stdout
             raise InfraError(InfraSource.SANDBOX, f"docker: cannot {what}: {message}")
         return done.stdout
+
+    def _run(self, argv: List[str], what: str, stdin: Optional[bytes] = None,
+             timeout_s: Optional[float] = None) -> subprocess.CompletedProcess:
+        """One docker CLI call, whatever its exit status; a CLI that cannot start or a daemon that
+        does not answer in time is the sandbox's infra error, never a raw exception."""
+        try:
+            return subprocess.run(argv, input=stdin, capture_output=True, env=_cli_env(),
+                                  timeout=timeout_s or self.config.docker_cli_timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise InfraError(InfraSource.SANDBOX, f"docker: cannot {what}: {error}") from error
 
     def _sweep_dead_owners(self) -> None:
         """Once per process: remove this host's lease containers whose owner process is gone."""

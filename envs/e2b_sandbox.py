@@ -60,6 +60,8 @@ def _debug_mode() -> bool:
 
 
 class E2BSandbox:
+    runs_images = True
+
     def __init__(self, config: SandboxConfig):
         self.config = config
         self.workdir = config.container_workdir

@@ -88,6 +88,8 @@ def _bwrap_argv(bwrap: str, workspace: str) -> List[str]:
 
 
 class LocalSandbox:
+    runs_images = False
+
     def __init__(self, config: SandboxConfig):
         if config.isolation not in ISOLATION_MODES:
             raise ValueError(f"sandbox.isolation={config.isolation!r}; allowed: {list(ISOLATION_MODES)}")

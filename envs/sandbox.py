@@ -22,6 +22,10 @@ class ExecResult:
 
 @runtime_checkable
 class Sandbox(Protocol):
+    # Whether a lease can hold a task whose repository lives only in its image (task.image):
+    # the container backends; the local one copies task.workspace_dir.
+    runs_images: bool
+
     def start(self, task: Task) -> None:
         """Open a lease on a fresh copy of task.workspace_dir, closing any previous lease."""
         ...

@@ -33,7 +33,8 @@ class SandboxPool:
             raise ValueError(f"sandbox.pool_size={config.pool_size} must be >= 0, pool_tasks >= 1")
         self.config = config
         self._make_backend = make_backend
-        make_backend(config)  # refuses a bad config now, not in the refill thread
+        # Made now so that a bad config is refused here, not in the refill thread.
+        self.runs_images = make_backend(config).runs_images
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         # task id -> (ready_since_s, lease), oldest first; ordered least recently started first.

@@ -13,7 +13,7 @@ import pytest
 from configs.schema import SandboxConfig
 from envs.container_sandbox import CONTAINER_ENV
 from envs.docker_sandbox import DockerSandbox
-from envs.outcomes import InfraError
+from envs.outcomes import InfraError, InfraSource
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # A stand-in docker CLI: logs its argv, runs `exec` on this host in the -w folder, does
 # `cp` with tar streams. `kill -9 -1` is only logged (here it would hit the whole host).
 FAKE_DOCKER = textwrap.dedent('''
-    import io, json, os, shutil, subprocess, sys, tarfile
+    import io, json, os, shutil, subprocess, sys, tarfile, time
     log = os.environ["DOCKER_FAKE_LOG"]
     args = sys.argv[1:]
     with open(log, "a") as handle:
@@ -32,6 +32,8 @@ FAKE_DOCKER = textwrap.dedent('''
     if cmd == "run":
         print("fakecontainer01")
     elif cmd == "inspect":
+        if os.environ.get("DOCKER_FAKE_HANG") == "inspect":
+            time.sleep(60)  # a daemon that stopped answering
         print("true")  # the container is running
     elif cmd == "exec":
         i, cwd, env = 1, "/", dict(os.environ)
@@ -180,6 +182,20 @@ def test_host_secrets_reach_neither_the_cli_nor_the_container(fake_docker, make_
     assert not any(flag in run for flag in ("-e", "--env", "--env-file"))
     exec_env = [call[i + 1] for call in calls if call[0] == "exec" for i, arg in enumerate(call) if arg == "-e"]
     assert {item.split("=", 1)[0] for item in exec_env} <= set(CONTAINER_ENV)
+
+
+def test_a_daemon_that_stops_answering_is_an_infra_error_of_the_sandbox(fake_docker, make_box, task_by_id,
+                                                                       monkeypatch):
+    box = make_box(docker_cli_timeout_s=1.0)
+    box.start(task_by_id["textkit-001"])
+    monkeypatch.setenv("DOCKER_FAKE_HANG", "inspect")
+    started = time.monotonic()
+    # A failed command asks the daemon whether the container still runs; no answer is the
+    # sandbox's fault, within the CLI timeout, never a raw TimeoutExpired out of the episode.
+    with pytest.raises(InfraError) as caught:
+        box.exec("exit 3")
+    assert caught.value.source == InfraSource.SANDBOX and "inspect the container" in str(caught.value)
+    assert time.monotonic() - started < 10
 
 
 def test_missing_cli_is_an_infra_error(monkeypatch, tmp_path):
