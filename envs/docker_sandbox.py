@@ -31,7 +31,6 @@ from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fire
                                     scrub_history_script, snapshot_script, workspace_path)
 from envs.outcomes import InfraError, InfraSource
 from envs.jail.capture import TIMEOUT_EXIT_CODE
-from envs.loaders.harbor import FORMAT as HARBOR, VERIFIER_LOGS_DIR, VERIFIER_TESTS_DIR
 from envs.process import run_process
 from envs.sandbox import ExecResult
 from envs.tasks import Task
@@ -79,7 +78,7 @@ class DockerSandbox:
         self._task: Optional[Task] = None
         self.last_start_s: float = 0.0
 
-    def run_argv(self, image: str, name: str, verifier_dirs: tuple[str, ...] = ()) -> List[str]:
+    def run_argv(self, image: str, name: str, scratch_dirs: tuple[str, ...] = ()) -> List[str]:
         """The lease container: no network, capped memory (no swap), processes and file size, a
         read-only root file system. Writable: the workspace and its pristine twin (volumes
         labelled like the container, so nothing of a lease outlives it unnoticed) and /tmp.
@@ -92,7 +91,7 @@ class DockerSandbox:
                 "--memory-swap", memory, "--pids-limit", str(self.config.max_processes), "--init",
                 "--ulimit", f"fsize={self.config.max_file_mb * 1024 * 1024}",
                 "--security-opt", "no-new-privileges", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,exec"]
-        for path in verifier_dirs:  # where a Harbor verifier reads its tests and writes its reward
+        for path in scratch_dirs:  # where a Harbor verifier reads its tests and writes its reward
             argv += ["--tmpfs", f"{path}:rw,nosuid,nodev,mode=1777"]
         for label in labels:
             argv += ["--label", label]
@@ -108,8 +107,7 @@ class DockerSandbox:
         if task.build_context:
             self._ensure_image(image, task.build_context)
         name = f"swerve-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        verifier_dirs = (VERIFIER_TESTS_DIR, VERIFIER_LOGS_DIR) if task.source == HARBOR else ()
-        created = self._cli(self.run_argv(image, name, verifier_dirs), f"start a container from {image!r}")
+        created = self._cli(self.run_argv(image, name, task.scratch_dirs), f"start a container from {image!r}")
         self.container = created.strip().splitlines()[-1] if created.strip() else name
         with _LIVE_LOCK:
             _LIVE.add(self)

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from envs.builtin.suite import REPOS_DIR, _repo_files
+from envs.builtin.suite import REPOS_DIR, repo_files
 from envs.docker_engine import CACHE_LABEL, base_image_tag, image_exists
 from envs.grader import patched_files
 from envs.loaders import load_tasks
@@ -47,7 +47,7 @@ def _repo_name(task: Task) -> str:
 def _repo_code(name: str, tests: set[str]) -> dict[str, bytes]:
     """The repository's files without its tests (path -> content)."""
     repo_dir = REPOS_DIR / name
-    return {str(path): (repo_dir / path).read_bytes() for path in _repo_files(repo_dir) if str(path) not in tests}
+    return {str(path): (repo_dir / path).read_bytes() for path in repo_files(repo_dir) if str(path) not in tests}
 
 
 def _tests_of(tasks: Sequence[Task]) -> set[str]:

@@ -54,6 +54,9 @@ class Task:
     # (envs/protection.py), and globs exempted from it.
     protected_paths: tuple[str, ...] = ()
     unprotected_paths: tuple[str, ...] = ()
+    # Absolute folders outside the workspace that grading writes (Harbor's verifier: its tests
+    # and its reward file); a container with a read-only root gets them as fresh tmpfs.
+    scratch_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

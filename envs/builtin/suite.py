@@ -25,7 +25,8 @@ SPLITS = ("train", "eval")
 _IGNORED = {"__pycache__", ".pytest_cache"}
 
 
-def _repo_files(repo_dir: Path) -> List[Path]:
+def repo_files(repo_dir: Path) -> List[Path]:
+    """A repository's files (relative, sorted) without caches: what a task's copy and image hold."""
     files = []
     for path in sorted(repo_dir.rglob("*")):
         relative = path.relative_to(repo_dir)
@@ -38,7 +39,7 @@ def suite_hash() -> str:
     """Hash of tasks.json and every repository file: the cache key."""
     digest = hashlib.sha256(TASKS_FILE.read_bytes())
     for repo_dir in sorted(p for p in REPOS_DIR.iterdir() if p.is_dir()):
-        for relative in _repo_files(repo_dir):
+        for relative in repo_files(repo_dir):
             digest.update(f"{repo_dir.name}/{relative.as_posix()}\0".encode())
             digest.update((repo_dir / relative).read_bytes())
     return digest.hexdigest()[:16]
@@ -99,7 +100,7 @@ def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] =
         _materialize(row, buggy, target)
         test_files = tuple(
             (relative.as_posix(), (repo_dir / relative).read_text())
-            for relative in _repo_files(repo_dir)
+            for relative in repo_files(repo_dir)
             if relative.parts[0] == "tests" or relative.name == "pytest.ini"
         )
         tasks.append(

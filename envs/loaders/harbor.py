@@ -134,6 +134,7 @@ def dir_to_task(task_dir: Path) -> Task:
         source=FORMAT,
         image=image,
         build_context=build_context,
+        scratch_dirs=(VERIFIER_TESTS_DIR, VERIFIER_LOGS_DIR),
         gold_script=_text(solve, "solution/solve.sh") if solve.is_file() else "",
     )
 
