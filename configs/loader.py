@@ -14,7 +14,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 from configs.schema import Config
 
 # Only backends that exist are allowed, so a typo or a not-yet-built backend fails at load time.
-# Keys typed as a Literal in configs/schema.py (engine.backend, trainer.backend, ...) are checked
+# Keys typed as a Literal in configs/schema/ (engine.backend, trainer.backend, ...) are checked
 # by OmegaConf against it, and `_type_error` names the allowed values; these are the others.
 CHOICES = {
     "rollout.mode": ("async", "sync"),
@@ -79,7 +79,7 @@ def _describe(hint) -> str:
         return f"a list of {_describe(args[0]).split(' ', 1)[-1]}s" if args else "a list"
     if origin is dict:
         return "a mapping of names to values"
-    return "the type configs/schema.py declares" if hint is None else str(hint)
+    return "the type configs/schema/ declares" if hint is None else str(hint)
 
 
 def _type_error(err: ValidationError) -> ConfigError:

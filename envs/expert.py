@@ -181,7 +181,7 @@ def _write(out_file: str, results: Iterable[tuple[list[dict], int]], counts: dic
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # Defaults are the config's (configs/schema.py): this CLI is the pipeline's SFT-trace stage alone.
+    # Defaults are the config's (configs/schema/): this CLI is the pipeline's SFT-trace stage alone.
     pipeline, tasks, swe = PipelineConfig(), TasksConfig(), SWEEnvConfig()
     parser = argparse.ArgumentParser(prog="python -m envs.expert", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSONL file to write")

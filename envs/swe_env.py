@@ -1,6 +1,6 @@
 """swerve/SWE-v0: fix a repository through shell commands; reward 1 when its tests pass.
 
-Its settings are typed sections of the run's config (configs/schema.py), each with one home:
+Its settings are typed sections of the run's config (configs/schema/), each with one home:
 `swe` (env.swe: observation cap, format errors, grading limit, tampering), `sandbox` (the
 LocalSandbox lease it builds when reset is given none) and `tasks` (what it picks when reset
 is given no task). A command runs under its lease's sandbox.command_timeout_s: the env passes

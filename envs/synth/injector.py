@@ -13,7 +13,7 @@ least one still passes. Each kept mutation becomes one row in SWE-smith's format
 The problem statement is written from the failing behaviour (test names, the failing
 test line, the assertion/exception pytest printed) -- never from the edit itself
 (``envs.synth.statement``); tests run through ``envs.synth.pytest_run``. Settings (how many
-tasks, time limits, families) are a ``SynthConfig`` (configs/schema.py).
+tasks, time limits, families) are a ``SynthConfig`` (configs/schema/).
 """
 
 from __future__ import annotations

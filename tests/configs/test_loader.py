@@ -133,7 +133,7 @@ def test_expected_type_is_described_for_nested_and_free_form_keys():
     assert _describe(_leaf_type("trainer.betas[1]")) == "a number"
     assert _describe(_leaf_type("tasks.ids")) == "a list of strings"
     # A key inside env.kwargs has no declared type; describing it must not raise.
-    assert _describe(_leaf_type("env.kwargs.depth.x")) == "the type configs/schema.py declares"
+    assert _describe(_leaf_type("env.kwargs.depth.x")) == "the type configs/schema/ declares"
 
 
 def test_a_yaml_file_states_only_how_it_differs_from_its_base(tmp_path):

@@ -1,0 +1,85 @@
+"""The environment and its tasks (envs/)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+
+@dataclass
+class SWEEnvConfig:
+    """swerve/SWE-v0's own settings (env.swe). Its sandbox is the run's: every command runs under
+    sandbox.command_timeout_s, in a lease built from sandbox.*; the tasks it picks when reset gets
+    none are tasks.source / tasks.split. env.kwargs entries with these names override them."""
+    # Observations (command output, the grading report) are cut in the middle to this many characters.
+    max_observation_chars: int = 2000
+    # This many replies in a row without one bash block end the episode as format_error.
+    max_consecutive_format_errors: int = 3
+    # Time limit of the grading test run (FAIL_TO_PASS + PASS_TO_PASS, and applying test_patch).
+    # A real repository's suite can take minutes (SWE-bench's harness allows 1800 s); a run that
+    # hits the limit scores unresolved. A recipe of small suites lowers it, so an edit that makes
+    # the tests loop forever costs a minute, not half an hour.
+    grade_timeout_s: float = 1800.0
+    # Time limit of listing the workspace (system side: before the agent's first command, and
+    # when its change is read at grading). A repository too big to list in it is an infra error
+    # at the start; a workspace the agent made unlistable scores 0 at grading.
+    listing_timeout_s: float = 60.0
+    # A change to a protected path (envs/protection.py) scores 0 outright; false grades the
+    # rest of the change. Either way the attempt records the paths (info["tampered"]).
+    tamper_scores_zero: bool = True
+
+
+@dataclass
+class EnvConfig:
+    # Any id gymnasium.make accepts, including "module:Env-v0".
+    id: str = "swerve/SWE-v0"
+    # Handed to the env's constructor (envs/make.py). For swerve/SWE-v0 they override env.swe.
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    system_prompt: str = (
+        "You are a software engineer fixing a bug in a Python repository. "
+        "Reply with exactly one ```bash block holding one command. "
+        "Run `submit` in a bash block when the tests pass."
+    )
+    swe: SWEEnvConfig = field(default_factory=SWEEnvConfig)
+
+
+@dataclass
+class TasksConfig:
+    # "builtin" (hand-written suite), "micro" (generated one-function tasks for tiny models), or a
+    # path to a task file or directory (SWE-bench / SWE-smith rows, Harbor tasks).
+    source: str = "builtin"
+    # Format of a path source; "" detects it from the path.
+    format: str = ""
+    split: str = "train"
+    # Written by `swerve tasks validate`; training skips the tasks it lists. "" = the default
+    # location for the source (under the swerve cache).
+    quarantine_file: str = ""
+    # Empty means every task of the split.
+    ids: List[str] = field(default_factory=list)
+
+
+@dataclass
+class SynthConfig:
+    """`swerve tasks synth` (envs/synth): SWE-smith-style bug tasks made from a local repository.
+    Not part of a run's Config: the command's flags take their defaults from here."""
+    # Tasks to keep (validated mutations).
+    num_tasks: int = 10
+    # Seeds which mutations are tried, in what order, and the PASS_TO_PASS sample.
+    seed: int = 0
+    # Bound on the whole synthesis, the two baseline runs of the suite included.
+    timeout_s: float = 1800.0
+    # Bound on one test run of a mutated copy; 0: run_timeout_factor x the slower baseline run
+    # + run_timeout_margin_s (a mutation that makes the suite loop is cut off, not waited for).
+    per_run_timeout_s: float = 0.0
+    run_timeout_factor: float = 3.0
+    run_timeout_margin_s: float = 10.0
+    # PASS_TO_PASS tests kept per task (a seeded sample when more still pass).
+    max_p2p: int = 20
+    # Mutator families tried (envs/synth/mutators.py FAMILIES); empty: every family.
+    families: List[str] = field(default_factory=list)
+    # Interpreter that runs the repository's tests; "": the one running swerve.
+    python: str = ""
+    # Stop after trying this many mutations; 0: no limit (only num_tasks and timeout_s stop it).
+    max_candidates: int = 0
+    # The problem statement details this many failing tests and lists at most max_listed.
+    max_detailed_failures: int = 3
+    max_listed_failures: int = 10
