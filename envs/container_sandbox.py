@@ -7,12 +7,14 @@ so a command's children die with it even when the client-side connection is gone
 """
 from __future__ import annotations
 
+import base64
 import io
 import posixpath
 import shlex
 import tarfile
 
 from envs.jail.capture import TIMEOUT_EXIT_CODE
+from envs.outcomes import InfraError, InfraSource
 
 # Seconds the client waits past the in-container deadline before it kills from outside.
 CLIENT_GRACE_S = 5.0
@@ -54,16 +56,60 @@ def scrub_history_script(workdir: str) -> str:
             "commit -q --allow-empty --no-verify -m 'task start'; fi")
 
 
-def fill_and_snapshot_script(workdir: str, tarball: str | None) -> str:
-    """Shell run as root at start: unpack the upload (if any), drop version-control history,
-    then keep a pristine copy."""
+def fill_script(workdir: str, tarball: str | None) -> str:
+    """Shell run as root at start: the workspace folder, and the upload unpacked into it (if any)."""
     wd = shlex.quote(workdir)
     steps = [f"mkdir -p {wd}"]
     if tarball is not None:
         steps.append(f"tar -xzf {shlex.quote(tarball)} -C {wd} && rm -f {shlex.quote(tarball)}")
-    steps.append(f"( {scrub_history_script(workdir)} )")
+    return " && ".join(steps)
+
+
+def seal_script(workdir: str, owner: str = "") -> str:
+    """Shell run as root once the workspace holds the task's start (after its setup): drop
+    version-control history, hand the files to the agent's user (if one), keep a pristine copy."""
+    steps = [f"( {scrub_history_script(workdir)} )"]
+    if owner:
+        steps.append(f"chown -R {shlex.quote(owner)} {shlex.quote(workdir)}")
     steps.append(snapshot_script(workdir))
     return " && ".join(steps)
+
+
+# Where a task's setup writes its output (shown when it fails; /tmp is the lease's own tmpfs).
+SETUP_LOG = "/tmp/.swerve-setup.log"
+# What describes the shell or the user that ran the setup, not the environment it set up.
+_SHELL_STATE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "HOME", "USER", "LOGNAME", "HOSTNAME", "MAIL"})
+
+
+def setup_script(setup: tuple[str, ...]) -> str:
+    """Shell for a task's setup commands (one shell, in order, stopping at the first that fails
+    with its exit status and the tail of its output on stderr). Its stdout is two lines, the
+    environment before and after (base64 of `env -0`, text-safe for every backend's client; see
+    setup_env), since each later command is a new bash that would otherwise lose what setup
+    activated."""
+    log = shlex.quote(SETUP_LOG)
+    # The trap also reports a setup command that calls `exit` itself.
+    on_exit = f's=$?; exec 1>&3 2>&4; if [ "$s" -ne 0 ]; then tail -c 2000 {log} >&2; fi; rm -f {log}; exit "$s"'
+    lines = ["env -0 | base64 -w 0; echo", f"exec 3>&1 4>&2 >{log} 2>&1", f"trap {shlex.quote(on_exit)} EXIT"]
+    for command in setup:
+        lines += [command, 's=$?; if [ "$s" -ne 0 ]; then exit "$s"; fi']
+    return "\n".join([*lines, f"trap - EXIT; exec 1>&3 2>&4; rm -f {log}", "env -0 | base64 -w 0; echo"]) + "\n"
+
+
+def setup_env(output: str) -> dict[str, str]:
+    """The variables setup_script's run set or changed (a conda env's PATH and CONDA_*)."""
+    listings = output.split()
+    if len(listings) != 2:
+        raise InfraError(InfraSource.SANDBOX, f"a task's setup printed {len(listings)} environment listings, not 2 "
+                                              f"(its stdout, cut: {output[:200]!r})")
+
+    def parse(listing: str) -> dict[str, str]:
+        entries = base64.b64decode(listing).split(b"\0")
+        pairs = (entry.decode("utf-8", errors="replace").partition("=") for entry in entries if entry)
+        return {key: value for key, _, value in pairs}
+
+    old, new = parse(listings[0]), parse(listings[1])
+    return {key: value for key, value in new.items() if old.get(key) != value and key not in _SHELL_STATE}
 
 
 def pristine_tree(workdir: str) -> str:

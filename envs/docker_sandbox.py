@@ -14,7 +14,6 @@ import io
 import logging
 import os
 import posixpath
-import shlex
 import shutil
 import socket
 import subprocess
@@ -27,8 +26,8 @@ from typing import List, Optional
 
 from configs.schema import SandboxConfig
 from envs.cgroups import pid_alive
-from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, pristine_path, restore_script,
-                                    scrub_history_script, snapshot_script, workspace_path)
+from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, fill_script, pristine_path, restore_script,
+                                    seal_script, setup_env, setup_script, workspace_path)
 from envs.outcomes import InfraError, InfraSource
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
@@ -76,6 +75,9 @@ class DockerSandbox:
             raise InfraError(InfraSource.SANDBOX, "sandbox.backend='docker' but the docker CLI is not installed")
         self.container: Optional[str] = None
         self._task: Optional[Task] = None
+        # What the task's setup left in the environment (an activated conda env), given to
+        # every command of the lease.
+        self._setup_env: dict[str, str] = {}
         self.last_start_s: float = 0.0
 
     def run_argv(self, image: str, name: str, scratch_dirs: tuple[str, ...] = ()) -> List[str]:
@@ -129,7 +131,7 @@ class DockerSandbox:
         argv = [self._docker, "exec", "-w", self.workdir]
         if self.config.docker_user:
             argv += ["--user", self.config.docker_user]
-        for key, value in CONTAINER_ENV.items():
+        for key, value in {**CONTAINER_ENV, **self._setup_env}.items():
             argv += ["-e", f"{key}={value}"]
         argv += [container, "timeout", "-k", "1", f"{timeout_s:.3f}", "bash", "-c", command]
         try:
@@ -212,7 +214,7 @@ class DockerSandbox:
 
     def close(self) -> None:
         container, self.container = self.container, None
-        self._task = None
+        self._task, self._setup_env = None, {}
         with _LIVE_LOCK:
             _LIVE.discard(self)
         if container is not None:
@@ -228,16 +230,16 @@ class DockerSandbox:
 
     def _fill_workspace(self) -> None:
         container = self._lease()
-        workdir = shlex.quote(self.workdir)
-        self._root_sh(f"mkdir -p {workdir}", "create the workspace")
+        self._root_sh(fill_script(self.workdir, None), "create the workspace")
         if not self._task.image and self._task.workspace_dir:
             source = os.path.join(self._task.workspace_dir, ".")
             self._cli([self._docker, "cp", source, f"{container}:{self.workdir}"], "upload the workspace")
-        steps = [f"( {scrub_history_script(self.workdir)} )"]
-        if self.config.docker_user:
-            steps.append(f"chown -R {shlex.quote(self.config.docker_user)} {workdir}")
-        steps.append(snapshot_script(self.workdir))
-        self._root_sh(" && ".join(steps), "snapshot the workspace")
+        if self._task.setup:
+            env = [arg for key, value in CONTAINER_ENV.items() for arg in ("-e", f"{key}={value}")]
+            listing = self._cli([self._docker, "exec", "-u", "0", "-w", self.workdir, *env, container, "bash", "-c",
+                                 setup_script(self._task.setup)], f"run the setup of {self._task.id}")
+            self._setup_env = setup_env(listing)
+        self._root_sh(seal_script(self.workdir, self.config.docker_user), "snapshot the workspace")
 
     def _root_sh(self, script: str, what: str) -> None:
         self._cli([self._docker, "exec", "-u", "0", self._lease(), "sh", "-c", script], what)

@@ -26,8 +26,11 @@ from envs.container_sandbox import (
     CLIENT_GRACE_S,
     CONTAINER_ENV,
     deadline_fired,
-    fill_and_snapshot_script,
+    fill_script,
     restore_script,
+    seal_script,
+    setup_env,
+    setup_script,
     with_deadline,
     workspace_path,
     workspace_tarball,
@@ -67,6 +70,8 @@ class E2BSandbox:
         self.workdir = config.container_workdir
         self._box: Any = None
         self._task: Optional[Task] = None
+        # What the task's setup left in the environment (an activated conda env), for every command.
+        self._setup_env: dict[str, str] = {}
         self._renewed_s = 0.0
         self.last_start_s: float = 0.0
 
@@ -125,7 +130,7 @@ class E2BSandbox:
             handle = box.commands.run(
                 with_deadline(command, timeout_s),
                 background=True,
-                envs=dict(CONTAINER_ENV),
+                envs={**CONTAINER_ENV, **self._setup_env},
                 user=_ROOT,
                 cwd=self.workdir,
                 timeout=timeout_s + CLIENT_GRACE_S,
@@ -176,7 +181,7 @@ class E2BSandbox:
 
     def close(self) -> None:
         box, self._box = self._box, None
-        self._task = None
+        self._task, self._setup_env = None, {}
         with _LIVE_LOCK:
             _LIVE.discard(self)
         if box is None:
@@ -202,13 +207,22 @@ class E2BSandbox:
                 self._lease().files.write(upload, data, user=_ROOT)
             except Exception as error:  # noqa: BLE001
                 raise InfraError(InfraSource.SANDBOX, f"e2b: cannot upload the workspace: {_describe(error)}") from error
-        self._run_root(fill_and_snapshot_script(self.workdir, upload), "prepare the workspace", cwd="/")
+        fill, seal = fill_script(self.workdir, upload), seal_script(self.workdir)
+        if not self._task.setup:
+            self._run_root(f"{fill} && {seal}", "prepare the workspace", cwd="/")
+            return
+        self._run_root(fill, "prepare the workspace", cwd="/")
+        self._setup_env = setup_env(self._run_root(setup_script(self._task.setup), f"run the setup of {self._task.id}",
+                                                   cwd=self.workdir))
+        self._run_root(seal, "snapshot the workspace", cwd="/")
 
-    def _run_root(self, script: str, what: str, cwd: Optional[str] = None) -> None:
+    def _run_root(self, script: str, what: str, cwd: Optional[str] = None) -> str:
+        """The script's stdout."""
         from e2b import CommandExitException  # optional SDK (see start)
 
         try:
-            self._lease().commands.run(script, user=_ROOT, cwd=cwd or "/", timeout=self.config.command_timeout_s + 60)
+            return self._lease().commands.run(script, user=_ROOT, cwd=cwd or "/",
+                                              timeout=self.config.command_timeout_s + 60).stdout
         except CommandExitException as error:
             raise InfraError(InfraSource.SANDBOX, f"e2b: cannot {what} ({error.exit_code}): {error.stderr}") from error
         except Exception as error:  # noqa: BLE001

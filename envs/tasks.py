@@ -31,7 +31,9 @@ class Task:
     stratum: str
     # (relative path, pristine content): restored before grading so edited tests cannot cheat.
     test_files: tuple[tuple[str, str], ...]
-    # Shell commands a container backend runs (in order, one shell) before the agent starts.
+    # Shell commands a container backend runs once at lease start, as root, in one shell in the
+    # workspace, before it is snapshot (SWE-smith: apply the bug); the variables they set (an
+    # activated conda env) reach every later command and the grader (envs/container_sandbox.py).
     setup: tuple[str, ...] = ()
     split: str = ""
     # Where the task came from: "builtin", "swebench", "swesmith", "harbor", ...

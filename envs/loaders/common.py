@@ -229,3 +229,11 @@ def collect_rows(path: Path, row_to_task: Callable[[dict], Any], split: str, ids
         if selected(task.split, task.id, split, ids):
             result.tasks.append(task)
     return result
+
+
+# SWE-bench's and SWE-smith's images keep the repository's interpreter in a conda env that a
+# non-interactive bash does not activate (their Dockerfiles put it in ~/.bashrc). A task's setup
+# runs it once and its variables reach every command (envs/container_sandbox.py); an image
+# without that env (the shipped swerve-task images) keeps its own interpreter.
+ACTIVATE_TESTBED = ("if [ -f /opt/miniconda3/bin/activate ]; then "
+                    ". /opt/miniconda3/bin/activate && conda activate testbed; fi")

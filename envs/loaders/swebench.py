@@ -19,13 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from envs.loaders.common import (RowError, collect_rows, optional_str, path_globs, require_str, row_split,
-                                 test_list)
+from envs.loaders.common import (ACTIVATE_TESTBED, RowError, collect_rows, optional_str, path_globs, require_str,
+                                 row_split, test_list)
 from envs.tasks import Task, TaskSet
 
 FORMAT = "swebench"
 IMAGE_TEMPLATE = "swebench/sweb.eval.x86_64.{}:latest"
-SETUP = ("source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed")
+SETUP = (ACTIVATE_TESTBED,)
 TEST_COMMAND = "python -m pytest --no-header -rA --tb=no -p no:cacheprovider"
 
 

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Dict, Sequence
 
 from envs.cache import build_dir_once, cache_root
-from envs.loaders.common import (RowError, collect_rows, optional_str, path_globs, require_str, reverse_patch,
-                                 row_split, selected, test_list, tree_hash)
+from envs.loaders.common import (ACTIVATE_TESTBED, RowError, collect_rows, optional_str, path_globs, require_str,
+                                 reverse_patch, row_split, selected, test_list, tree_hash)
 from envs.pytest_summary import PYTEST_COMMAND
 from envs.tasks import Task, TaskSet
 
 FORMAT = "swesmith"
 TEST_COMMAND = PYTEST_COMMAND
-IMAGE_SETUP = ("source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed")
+IMAGE_SETUP = (ACTIVATE_TESTBED,)
 _IGNORED_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox", ".venv", ".hg"}
 _TEST_DIRS = {"tests", "test", "testing"}
 _TEST_CONFIGS = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"}

@@ -184,6 +184,22 @@ def test_host_secrets_reach_neither_the_cli_nor_the_container(fake_docker, make_
     assert {item.split("=", 1)[0] for item in exec_env} <= set(CONTAINER_ENV)
 
 
+def test_task_setup_runs_as_root_before_the_snapshot_and_its_environment_reaches_every_command(
+        fake_docker, make_box, task_by_id):
+    import dataclasses
+
+    task = dataclasses.replace(task_by_id["textkit-001"], setup=("export SWERVE_PROBE=activated",))
+    box = make_box()
+    box.start(task)
+    calls = fake_docker()
+    setup = next(i for i, call in enumerate(calls) if call[0] == "exec" and "export SWERVE_PROBE=activated" in call[-1])
+    assert calls[setup][1:5] == ["-u", "0", "-w", box.workdir]
+    seal = next(i for i, call in enumerate(calls) if call[0] == "exec" and "chmod 700" in call[-1])
+    assert setup < seal  # the pristine copy holds what the setup did
+    assert box.exec("echo $SWERVE_PROBE").output == "activated\n"
+    assert "SWERVE_PROBE=activated" in fake_docker()[-2]  # the command's exec, before the leftover sweep
+
+
 def test_a_daemon_that_stops_answering_is_an_infra_error_of_the_sandbox(fake_docker, make_box, task_by_id,
                                                                        monkeypatch):
     box = make_box(docker_cli_timeout_s=1.0)
@@ -357,3 +373,23 @@ def test_a_container_killed_under_the_agent_is_an_infra_error_not_a_failed_comma
     assert error.value.source.value == "sandbox"
     box.start(task_by_id["textkit-001"])  # a fresh lease works again
     assert box.exec("echo back").output.strip() == "back"
+
+
+def test_a_tasks_setup_prepares_a_real_container_for_the_agent_and_the_grader(real_box, task_by_id):
+    """As a SWE-bench image's conda activation and a SWE-smith image's bug patch: run once as
+    root, kept in the pristine copy, its environment in every command (a new bash each)."""
+    import dataclasses
+
+    from envs.loaders.common import ACTIVATE_TESTBED
+
+    setup = ("export SWERVE_PROBE=activated", "PATH=/workspace/.bin:$PATH", "echo bug > added.txt", ACTIVATE_TESTBED)
+    box = real_box()
+    box.start(dataclasses.replace(task_by_id["textkit-001"], setup=setup))
+    seen = box.exec("echo $SWERVE_PROBE; stat -c %u added.txt; echo $PATH; ls -a /tmp").output.split("\n")
+    assert seen[:2] == ["activated", "1000"] and seen[2].startswith("/workspace/.bin:"), seen
+    assert ".swerve-setup.log" not in seen  # nothing of the setup's output is left for the agent
+    box.exec("rm added.txt")
+    box.reset()
+    assert box.exec("cat added.txt").output == "bug\n"
+    with pytest.raises(InfraError, match="cannot activate"):
+        real_box().start(dataclasses.replace(task_by_id["textkit-001"], setup=("echo cannot activate >&2; false",)))

@@ -246,3 +246,19 @@ def test_grading_on_the_pristine_view_holds_in_e2b(make_box, task_by_id):
     env.step("```bash\nsed -i 's/if len(text) < width:/if len(text) <= width:/' textkit/wrap.py\n```")
     _, reward, _, _, info = env.step("```bash\nsubmit\n```")
     assert reward == 1.0 and info["tampered"] == {} and "+    if len(text) <= width:" in info["model_patch"]
+
+
+def test_task_setup_runs_once_before_the_snapshot_and_its_environment_reaches_every_command(make_box, task_by_id):
+    import dataclasses
+
+    task = dataclasses.replace(task_by_id["textkit-001"], setup=("export SWERVE_PROBE=activated", "echo bug > added.txt"))
+    box = make_box()
+    box.start(task)
+    assert box.exec("echo $SWERVE_PROBE; cat added.txt").output == "activated\nbug\n"
+    box.exec("rm added.txt")
+    box.reset()  # the pristine copy was taken after the setup: its changes are the task's start
+    assert box.exec("cat added.txt; echo $SWERVE_PROBE").output == "bug\nactivated\n"
+    failing = dataclasses.replace(task, setup=("echo cannot activate; exit 3",))
+    with pytest.raises(InfraError) as caught:
+        make_box().start(failing)
+    assert "run the setup of textkit-001" in str(caught.value) and "cannot activate" in str(caught.value)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from envs.loaders import LOADERS, detect_format
-from envs.loaders.common import reverse_patch
+from envs.loaders.common import ACTIVATE_TESTBED, reverse_patch
 from envs.loaders.harbor import test_command as harbor_test_command
 from envs.loaders.swebench import image_name
 from envs.loaders import load_task_set, load_tasks
@@ -84,7 +84,7 @@ def test_swebench_jsonl_rows_and_malformed_rows_are_named(tmp_path):
     assert task.fail_to_pass == tuple(F2P) and task.pass_to_pass == tuple(P2P)
     assert task.image == "swebench/sweb.eval.x86_64.owner_1776_proj-1:latest"
     assert task.workspace_dir == "" and task.gold_patch.startswith("--- a/x.py") and task.source == "swebench"
-    assert task.split == "train" and "/testbed" in " ".join(task.setup)
+    assert task.split == "train" and task.setup == (ACTIVATE_TESTBED,)
     skipped = {(s.row, s.field) for s in task_set.skipped}
     assert skipped == {
         ("rows.jsonl:3 (owner__proj-3)", "problem_statement"),
