@@ -76,15 +76,20 @@ def test_weight_update_changes_version_and_outputs(engine, model_path):
           f"{engine.last_update['total_s'] * 1000:.1f} ms (write {engine.last_update['write_s'] * 1000:.1f} ms)")
 
 
-def test_update_during_a_long_request_keeps_it_and_tags_new_tokens(engine, model_path):
+def test_update_during_a_long_request_keeps_it_and_tags_new_tokens(engine, model_path, monkeypatch):
     state = perturbed(model_path, seed=1)
     v0 = engine.version()
+    # The weights are on disk before the request starts, so the update that lands mid-request is
+    # pause -> load -> continue only: writing them under a loaded machine took longer than the
+    # rest of the request, which then finished on the old weights alone.
+    written = engine_actor.write_weights(engine.workdir, model_path, state, v0 + 1)
+    monkeypatch.setattr(engine_actor, "write_weights", lambda *args: written)
     result = {}
     worker = threading.Thread(target=lambda: result.setdefault("out", engine.generate(
         SampleRequest([1, 5, 9, 12], CAP - 4, seed=3))))
     worker.start()
     wait_running(engine)
-    time.sleep(0.1)
+    time.sleep(0.05)
     engine.update_weights(state, v0 + 1)
     worker.join()
     out = result["out"]
