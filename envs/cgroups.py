@@ -205,8 +205,10 @@ def _thaw(cgroup_dir: Path) -> None:
     """A SIGKILL stays pending while the cgroup is frozen (its owner died between freezing and
     killing the lease), so thaw it: the processes then die and the directory can go."""
     for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+        # Another process's sweep may remove the directory meanwhile (ENOENT, or ENODEV for a
+        # write into a removed cgroup): that is no reason to refuse the lease being created.
         if (cgroup_dir / name).exists():
-            _write(cgroup_dir / name, value)
+            _try_write(cgroup_dir / name, value)
 
 
 def _sweep_stale(parent: Path) -> None:
