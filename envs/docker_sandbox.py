@@ -26,8 +26,8 @@ from typing import List, Optional
 
 from configs.schema import SandboxConfig
 from envs.cgroups import pid_alive
-from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, fill_script, pristine_path, restore_script,
-                                    seal_script, setup_env, setup_script, workspace_path)
+from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, fill_script, pristine_path,
+                                    restore_script, seal_script, setup_env, setup_script, workspace_path)
 from envs.outcomes import InfraError, InfraSource
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
@@ -62,6 +62,11 @@ def _cli_env() -> dict:
     """What the docker CLI needs of the host environment (never passed into containers)."""
     keep = ("PATH", "HOME", "XDG_RUNTIME_DIR")
     return {k: v for k, v in os.environ.items() if k in keep or k.startswith("DOCKER_")}
+
+
+def _env_args(env: dict) -> List[str]:
+    """`docker exec` flags that set these variables in the command (never the host's)."""
+    return [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
 
 
 class DockerSandbox:
@@ -131,9 +136,8 @@ class DockerSandbox:
         argv = [self._docker, "exec", "-w", self.workdir]
         if self.config.docker_user:
             argv += ["--user", self.config.docker_user]
-        for key, value in {**CONTAINER_ENV, **self._setup_env}.items():
-            argv += ["-e", f"{key}={value}"]
-        argv += [container, "timeout", "-k", "1", f"{timeout_s:.3f}", "bash", "-c", command]
+        argv += [*_env_args({**CONTAINER_ENV, **self._setup_env}), container,
+                 "timeout", "-k", "1", f"{timeout_s:.3f}", "bash", "-c", command]
         try:
             result = run_process(argv, _cli_env(), "/", timeout_s + CLIENT_GRACE_S, self.config.max_output_bytes)
         except OSError as error:
@@ -235,9 +239,9 @@ class DockerSandbox:
             source = os.path.join(self._task.workspace_dir, ".")
             self._cli([self._docker, "cp", source, f"{container}:{self.workdir}"], "upload the workspace")
         if self._task.setup:
-            env = [arg for key, value in CONTAINER_ENV.items() for arg in ("-e", f"{key}={value}")]
-            listing = self._cli([self._docker, "exec", "-u", "0", "-w", self.workdir, *env, container, "bash", "-c",
-                                 setup_script(self._task.setup)], f"run the setup of {self._task.id}")
+            listing = self._cli([self._docker, "exec", "-u", "0", "-w", self.workdir, *_env_args(CONTAINER_ENV),
+                                 container, "bash", "-c", setup_script(self._task.setup)],
+                                f"run the setup of {self._task.id}")
             self._setup_env = setup_env(listing)
         self._root_sh(seal_script(self.workdir, self.config.docker_user), "snapshot the workspace")
 
