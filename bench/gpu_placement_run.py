@@ -12,7 +12,7 @@ import time
 import ray
 from ray.cluster_utils import Cluster
 
-from bench.placement_run import node_args
+from bench.placement_run import SMOKE_CONFIG, node_args
 
 SHAPE = ["engine.backend=sglang", "engine.num_engines=2", "engine.tp_size=2", "trainer.num_shards=4",
          "ray.engine_resource=gpu", "ray.trainer_resource=gpu", "engine.startup_timeout_s=120"]
@@ -38,7 +38,7 @@ def main(run_dir: str, cache: str) -> None:
     gpu_nodes = [cluster.add_node(**node_args({"gpu": 100}, num_gpus=4)) for _ in range(2)]
     ray.init(address=cluster.address, namespace="gpu-placement-driver")
     base = [f"run.dir={run_dir}", "run.name=gpu-placement", f"model.cache_dir={cache}", f"tokenizer.cache_dir={cache}"]
-    cfg = load_config("tests/smoke.yaml", [*base, *SHAPE])
+    cfg = load_config(SMOKE_CONFIG, [*base, *SHAPE])
     _, model_path = ensure_policy(cfg)
     tasks, _ = trainable_tasks(cfg.tasks)
     fleet = launch(cfg, model_path, tasks)
@@ -47,7 +47,7 @@ def main(run_dir: str, cache: str) -> None:
         trainers = [_seen(t) for t in fleet.trainers]
     finally:
         kill(fleet)
-    too_big = load_config("tests/smoke.yaml", [*base, *SHAPE, "engine.num_engines=4"])  # 12 GPUs > 8
+    too_big = load_config(SMOKE_CONFIG, [*base, *SHAPE, "engine.num_engines=4"])  # 12 GPUs > 8
     started = time.monotonic()
     try:
         launch(too_big, model_path, tasks)

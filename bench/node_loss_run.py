@@ -13,7 +13,7 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
-from bench.placement_run import node_args
+from bench.placement_run import SMOKE_CONFIG, node_args
 from policies.server.process import free_port
 
 
@@ -42,7 +42,7 @@ def main(run_dir: str, cache: str, total_steps: int) -> None:
         {"compute": 100}, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port()))
     sandbox_node = cluster.add_node(**node_args({"sandbox": 100}))
     ray.init(address=cluster.address, namespace="node-loss-driver")
-    cfg = load_config("tests/smoke.yaml", [
+    cfg = load_config(SMOKE_CONFIG, [
         f"run.dir={run_dir}", "run.name=node-loss", f"trainer.total_steps={total_steps}", "engine.num_engines=1",
         f"model.cache_dir={cache}", f"tokenizer.cache_dir={cache}", "rollout.max_turns=2",
         "rollout.max_tokens_per_turn=16", "rollout.max_infra_retries=8",

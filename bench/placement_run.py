@@ -3,11 +3,15 @@
 where every actor of the run was placed as JSON (read back from Ray's state API)."""
 import json
 import sys
+from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 from policies.server.process import free_port
+
+# The tests' fast settings, found from this file wherever the checkout is (not from the cwd).
+SMOKE_CONFIG = str(Path(__file__).resolve().parents[1] / "tests" / "smoke.yaml")
 
 
 def node_args(resources: dict, **extra) -> dict:
@@ -25,7 +29,7 @@ def main(run_dir: str, cache: str) -> None:
         {"compute": 100}, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port()))
     sandbox_node = cluster.add_node(**node_args({"sandbox": 100}))
     ray.init(address=cluster.address, namespace="placement-driver")
-    cfg = load_config("tests/smoke.yaml", [
+    cfg = load_config(SMOKE_CONFIG, [
         f"run.dir={run_dir}", "run.name=placement", "trainer.total_steps=1", "engine.num_engines=1",
         f"model.cache_dir={cache}", f"tokenizer.cache_dir={cache}", "rollout.max_turns=2",
         "ray.sandbox_resource=sandbox", "ray.engine_resource=compute", "ray.trainer_resource=compute",

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,9 @@ from configs import load_config
 # Tests build tiny models and tokenizers; keep them out of the user's cache and share them
 # across the session.
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Tests name the repository's files as a user at its root does (tests/smoke.yaml, configs/...): the
+# root is found from this file, so `pytest` started from any folder, in any clone, reads the same files.
+os.chdir(Path(__file__).resolve().parents[1])
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import random
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -15,7 +16,7 @@ from policies.chat_tokenizer import load_chat_tokenizer
 from policies.model import ensure_model
 from policies.tokenizer import ensure_tokenizer
 
-REPO = "/work/main"
+REPO = Path(__file__).resolve().parents[2]  # this checkout, wherever it was cloned
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 TEXTS = [
@@ -149,7 +150,7 @@ def test_no_torch_or_transformers_in_actor_process(dirs):
     code = ("import json, sys; import policies.chat_tokenizer as m; t = m.load_chat_tokenizer(sys.argv[1]); "
             "t.apply_chat_template([{'role': 'user', 'content': 'hi'}], add_generation_prompt=True); "
             "print(json.dumps(sorted(n for n in ('torch', 'transformers') if n in sys.modules)))")
-    done = subprocess.run([f"{REPO}/.venv/bin/python", "-c", code, dirs["model"]], cwd=REPO,
+    done = subprocess.run([sys.executable, "-c", code, dirs["model"]], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
