@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sglang-side docker test test-fast run check-dashboard clean
+.PHONY: setup sglang-side docker chromium test test-fast run check-dashboard clean
 
 setup: $(STAMP)
 
@@ -51,8 +51,14 @@ docker: setup
 	@$(PY) -m envs.docker_engine base-image >> $(SETUP_LOG) 2>&1 \
 		|| echo "warning: no Docker base image ($$(tail -n 1 $(SETUP_LOG))); the Docker tests will skip"
 
-# The full suite (what CI runs).
-test: setup sglang-side docker
+# Debian's Chromium for the dashboard check (bench/check_dashboard.py), installed if missing. Unlike
+# the optional parts above, a failure stops here: the check is part of `make test`, never skipped there.
+chromium: setup
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+		|| $(call logged,apt-get update -qq && apt-get install -y -qq chromium)
+
+# The full suite (what CI runs), the dashboard check among it (tests/bench/test_check_dashboard.py).
+test: setup sglang-side docker chromium
 	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' $(PY) -m pytest -q -p no:cacheprovider tests
 
 # Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).
@@ -64,9 +70,7 @@ run: setup
 
 # A real headless browser shows our roles in Ray's dashboard during a short run; the screenshot
 # is left at runs/check-dashboard/dashboard-actors.png.
-check-dashboard: setup
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
-		|| (apt-get update -qq && apt-get install -y -qq chromium)
+check-dashboard: setup chromium
 	timeout 600 $(PY) -m bench.check_dashboard --run-dir runs/check-dashboard
 
 clean:

@@ -85,11 +85,13 @@ def begin(fleet: Fleet, cfg: Config, run_dir: RunDir, resume: bool) -> tuple[int
     """(step, version) the run continues from: the newest checkpoint's when resuming, else 0."""
     if not resume:
         run_dir.keep_rows_through(0)  # a restart without a checkpoint starts over
+        run_dir.record_event("start", step=0, version=0)
         return 0, 0
     with guard():
         step, version, readmitted = resume_run(fleet, run_dir.checkpoints, cfg.deadlines.checkpoint_s)
         run_dir.keep_rows_through(step)
         sync_weights(fleet, version, cfg)
+    run_dir.record_event("resume", step=step, version=version, readmitted=readmitted)
     console.say(f"resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted")
     return step, version
 
@@ -171,6 +173,7 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                                       "engine_replacements": fleet.engine_set.restarts,
                                       "episode_replacements": fleet.episode_replacements,
                                       "tasks_skipped_quarantined": quarantined})
+            run_dir.record_event("done", step=step, version=version)
             return run_dir.path
         except RoleFailure as failure:
             supervisor.failed(failure)  # raises past the bounds

@@ -13,7 +13,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -21,11 +20,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 from policies.server.process import free_port
 
+REPO = Path(__file__).resolve().parents[1]
 ROLE_NAMES = ("collector", "engine-0", "engine-1", "trainer-0", "episode-0", "sandbox-")
 COOKIE = "ray-authentication-token"
 RUN_TIMEOUT_S = 240.0
@@ -51,28 +52,46 @@ def _browser() -> str:
     raise SystemExit("no headless browser: apt-get install chromium (make check-dashboard does)")
 
 
-def _start_run(run_dir: Path, port: int, token: str) -> subprocess.Popen:
+def _start_run(run_dir: Path, port: int, token: str, overrides: list[str]) -> subprocess.Popen:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_ADDRESS": ""}
-    argv = [sys.executable, "-m", "actors", "train", "--config", "tests/smoke.yaml", "ray.dashboard=true",
-            f"ray.dashboard_port={port}", f"run.dir={run_dir.parent}", f"run.name={run_dir.name}",
-            "trainer.total_steps=200", "rollout.max_turns=3"]
-    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    argv = [sys.executable, "-m", "actors", "train", "--config", str(REPO / "tests" / "smoke.yaml"),
+            "ray.dashboard=true", f"ray.dashboard_port={port}", f"run.dir={run_dir.parent}",
+            f"run.name={run_dir.name}", "trainer.total_steps=200", "rollout.max_turns=3", *overrides]
+    # The run's console goes to a file beside its own log: nothing here reads its wording.
+    with (run_dir / "check-dashboard.out").open("w") as out:
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
-def _wait_for_dashboard(run: subprocess.Popen, deadline_s: float) -> str:
-    """The URL the run prints once its Ray is up, then once its roles are running (a step line)."""
-    url = ""
-    for line in run.stdout:
-        sys.stdout.write(line)
-        found = re.search(r"Ray dashboard: (http://\S+)", line)
-        if found:
-            url = found.group(1)
-        if url and line.startswith("[swerve] step"):
-            return url
-        if time.monotonic() > deadline_s:
-            break
-    raise SystemExit(f"the run ended or stalled before its first step (dashboard url: {url or 'none'})")
+def _answers(url: str) -> bool:
+    """Any HTTP reply counts (the dashboard answers 401 before the browser holds its cookie)."""
+    try:
+        urllib.request.urlopen(url, timeout=5).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _wait_for_first_step(run: subprocess.Popen, run_dir: Path, dashboard: str, deadline_s: float) -> None:
+    """Until the run's first optimizer step is in metrics.jsonl (every role has worked by then) and
+    its dashboard answers: what the run guarantees (DESIGN.md's run directory), not console text."""
+    metrics = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline_s:
+        if run.poll() is not None:
+            raise SystemExit(f"the run ended (exit code {run.returncode}) before its first step; "
+                             f"its log: {run_dir / 'logs' / 'console.log'}\n{_tail(run_dir)}")
+        if metrics.is_file() and metrics.read_text().strip() and _answers(dashboard):
+            return
+        time.sleep(1.0)
+    raise SystemExit(f"no step in {metrics} (or no answer from {dashboard}) within {RUN_TIMEOUT_S:.0f} s; "
+                     f"its log: {run_dir / 'logs' / 'console.log'}\n{_tail(run_dir)}")
+
+
+def _tail(run_dir: Path, chars: int = 3000) -> str:
+    log = run_dir / "logs" / "console.log"
+    return log.read_text(errors="replace")[-chars:] if log.is_file() else "(no log was written)"
 
 
 async def _devtools(ws_url: str):
@@ -123,17 +142,21 @@ async def _render(browser_port: int, dashboard: str, token: str, screenshot: Pat
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", default="runs/check-dashboard")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides of the run (e.g. model.cache_dir=DIR)")
     args = parser.parse_args()
     run_dir = Path(args.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     token, dashboard_port, browser_port = secrets.token_hex(32), free_port(), free_port()
-    run = _start_run(run_dir, dashboard_port, token)
+    dashboard = f"http://127.0.0.1:{dashboard_port}"  # the run binds its dashboard to loopback
+    browser_path = _browser()  # before the run: a missing browser is known at once
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a step of an earlier check must not count
+    run = _start_run(run_dir, dashboard_port, token, args.overrides)
     profile = tempfile.mkdtemp(prefix="swerve-chromium-")
     browser = None
     try:
-        dashboard = _wait_for_dashboard(run, time.monotonic() + RUN_TIMEOUT_S)
+        _wait_for_first_step(run, run_dir, dashboard, time.monotonic() + RUN_TIMEOUT_S)
         # --no-sandbox: Chromium refuses its own sandbox as root; it only loads our loopback page.
-        browser = subprocess.Popen([_browser(), "--headless=new", "--no-sandbox", "--disable-gpu",
+        browser = subprocess.Popen([browser_path, "--headless=new", "--no-sandbox", "--disable-gpu",
                                     f"--remote-debugging-port={browser_port}", "--remote-debugging-address=127.0.0.1",
                                     f"--user-data-dir={profile}", "about:blank"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -129,14 +129,13 @@ def run_torture(work: Path, overrides: list[str], total_steps: int, seed: int, t
     rng = random.Random(seed)
     name = "torture"
     run = work / name
-    args = ["--config", "tests/smoke.yaml", f"run.dir={work}", f"run.name={name}", f"trainer.total_steps={total_steps}",
+    args = ["--config", str(REPO / "tests" / "smoke.yaml"), f"run.dir={work}", f"run.name={name}", f"trainer.total_steps={total_steps}",
             "trainer.checkpoint_interval=1", "run.status_interval_s=1", *overrides]
-    kills, logs = [], []
+    kills = []
     with RayHead(work / "ray") as head:
         for round_index, point in enumerate(("random", "mid-save", "random")):
             before = max(steps_saved(run), default=0)
             log = work / f"driver-{round_index}.log"
-            logs.append(log)
             driver = Driver(head, [*args, *(["--resume"] if round_index else [])], log,
                             pause_s=2 * timeout_s if point == "mid-save" else 0.0)
             if point == "mid-save":
@@ -161,8 +160,9 @@ def run_torture(work: Path, overrides: list[str], total_steps: int, seed: int, t
     trained = []
     for f in (run / "trajectories").glob("*.jsonl"):
         trained += [(t["group_id"], t["member"], t["attempt"]) for t in map(json.loads, f.read_text().splitlines())]
-    resumed = [line for log in [*logs[1:], final.log] for line in log.read_text().splitlines()
-               if "resumed at step" in line]
+    # The run's own record of its life (events.jsonl), not its console's wording.
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip()]
+    resumed = [{k: e[k] for k in ("step", "version", "readmitted")} for e in events if e["event"] == "resume"]
     return {"kills": kills, "resumed": resumed, "versions": [r["policy_version"] for r in rows],
             "accounting": accounting, "trained_samples": len(trained),
             "trained_twice": len(trained) - len(set(trained))}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from actors.report import redact
@@ -61,8 +62,10 @@ class RunDir:
         # Field-wise first (a secret-named field is blanked whatever its value), then as text.
         write_text_atomic(self.path / "config.yaml", to_yaml(redact.redact(cfg)))
         self.metrics_path = self.path / "metrics.jsonl"
+        self.events_path = self.path / "events.jsonl"
         if not cfg.run.resume:
             self.metrics_path.write_text("")
+            self.events_path.write_text("")
         # TensorBoard / W&B beside metrics.jsonl (run.loggers); close() ends them.
         self.loggers = RunLoggers(cfg, self.path)
 
@@ -91,6 +94,16 @@ class RunDir:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    def record_event(self, event: str, **fields) -> None:
+        """One line of the run's life in events.jsonl (`start`, `resume`, `done`, with the step and
+        version): what scripts and checks read, so that the console's wording stays free to change."""
+        write_jsonl(self.events_path, [{"event": event, "time": round(time.time(), 3), **fields}], mode="a")
+
+    def events(self) -> list[dict]:
+        if not self.events_path.exists():
+            return []
+        return [json.loads(line) for line in self.events_path.read_text().splitlines() if line.strip()]
 
     def write_accounting(self, accounting: dict) -> None:
         write_json(self.path / "accounting.json", accounting)

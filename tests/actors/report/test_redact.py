@@ -97,8 +97,10 @@ def test_run_dir_files_hold_no_secret(tmp_path, env_secret):
     run_dir.write_metrics({**{name: 0 for name in ("step", *_metric_names())}, "infra_error_by_source": {}})
     run_dir.write_accounting({"error": f"e2b: 401 for key {KEY_SHAPED['e2b']}", "api_key": "abc"})
     run_dir.keep_rows_through(1)
+    run_dir.record_event("resume", step=1, note=f"engine said {KEY_SHAPED['openai']}")
     texts = {path.name: path.read_text() for path in run_dir.path.rglob("*") if path.is_file()}
-    assert set(texts) == {"config.yaml", "metrics.jsonl", "accounting.json", "step_000001.jsonl"}
+    assert set(texts) == {"config.yaml", "metrics.jsonl", "accounting.json", "events.jsonl", "step_000001.jsonl"}
+    assert [e["event"] for e in run_dir.events()] == ["resume"]
     for name, text in texts.items():
         for secret in (env_secret, *KEY_SHAPED.values()):
             assert secret not in text, f"{secret} in {name}"
