@@ -120,7 +120,9 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
             step, version = begin(fleet, cfg, run_dir, resume)
             start_episodes(fleet, cfg, tokenizer_path)
             cadence = CheckpointCadence(cfg.trainer, start_s=time.perf_counter())  # a resume counts from here
-            console.say(f"run {cfg.run.name}: {len(tasks)} tasks ({len(quarantined)} quarantined, skipped), "
+            drawn = f"{len(tasks)} tasks ({len(quarantined)} quarantined, skipped)" if isinstance(tasks, list) \
+                else f"fresh tasks from the {tasks.source} stream"
+            console.say(f"run {cfg.run.name}: {drawn}, "
                         f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
                         f"{len(fleet.episodes)} episode actors -> {run_dir.path}")
             bar = bar or console.progress(f"{cfg.run.name} train", cfg.trainer.total_steps, "steps", done=step)

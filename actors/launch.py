@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 import ray
 from ray.exceptions import RayActorError
@@ -20,6 +20,7 @@ from actors.remote import NamedEngines, Proxy, RemoteCollector, RemoteEpisode, S
 from configs import Config
 from configs.schema import RolloutConfig
 from envs.outcomes import InfraSource
+from envs.stream import TaskStream
 
 
 def namespace(cfg: Config) -> str:
@@ -94,7 +95,7 @@ def _engines(cfg: Config, model_path: str, ns: str, mode: str) -> EngineSet:
     return EngineSet(cfg.engine, model_path, ns, placement, deadlines=cfg.deadlines).start()
 
 
-def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True) -> Fleet:
+def launch(cfg: Config, model_path: str, tasks: Union[list, TaskStream], with_trainers: bool = True) -> Fleet:
     """Engines, trainer shards (joined in one process group) and the collector; no episodes yet,
     so a resumed run can restore the collector before any work is handed out. Without trainers:
     the rollout side alone (`swerve bench scale`)."""
@@ -113,7 +114,7 @@ def launch(cfg: Config, model_path: str, tasks: list, with_trainers: bool = True
     # checkpoint/resume path covers; any other node may go (its actors are replaced).
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     collector = RemoteCollector.options(**_opts(ns, "collector"), scheduling_strategy=here).remote(
-        cfg.rollout, tasks, [t.id for t in tasks], cfg.run.seed)
+        cfg.rollout, tasks, [t.id for t in tasks] if isinstance(tasks, list) else [], cfg.run.seed)
     return Fleet(engine_set, trainers, collector, [], [], namespace=ns, rollout=cfg.rollout, seed=cfg.run.seed,
                  trainer_layout=layout)
 

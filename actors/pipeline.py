@@ -27,8 +27,9 @@ from typing import Any, Literal, Optional, Sequence
 from actors.report import console
 from actors.report.loggers import RunLoggers
 from actors.report.run_dir import write_json
-from actors.report.significance import paired_delta, per_task_pass_at_1, stage_interval
+from actors.report.stage_summary import summarize
 from configs import Config, flat_config
+from envs.stream import STREAM_SPLIT
 
 STAGES = ("base", "sft", "rl")
 # A finished stage's completion marker, and the RL stage's record of the config its checkpoints
@@ -46,15 +47,16 @@ NOT_FINGERPRINTED = (
 # those keys leaves the stage's result as it was. (Which stages come before a stage enters its
 # fingerprint through the fingerprint of the one before it.)
 UNREAD_BY_STAGE = {
-    "base": ("trainer.*", "sft.*", "pipeline.*"),
-    "sft": ("trainer.*", "pipeline.rl_on_unseen_tasks"),
-    "rl": (),
+    "base": ("trainer.*", "sft.*", "pipeline.trace*", "pipeline.expert_thoughts", "pipeline.recovery_rate",
+             "pipeline.rl_*"),
+    "sft": ("trainer.*", "pipeline.rl_*", "pipeline.base_*"),
+    "rl": ("pipeline.base_*",),
 }
 FRESH_HINT = "pipeline.fresh=true runs every stage again"
 
 
 def _stage_cfg(cfg: Config, stage: str, model_path: str, task_ids: Sequence[str] = (),
-               resume: bool = False) -> Config:
+               resume: bool = False, eval_dir: str = "") -> Config:
     base = cfg.run.path
     return dataclasses.replace(
         cfg,
@@ -62,21 +64,53 @@ def _stage_cfg(cfg: Config, stage: str, model_path: str, task_ids: Sequence[str]
         model=dataclasses.replace(cfg.model, path=model_path),
         tokenizer=dataclasses.replace(cfg.tokenizer, path=model_path or cfg.tokenizer.path),
         tasks=dataclasses.replace(cfg.tasks, ids=list(task_ids or cfg.tasks.ids)),
-        eval=dataclasses.replace(cfg.eval, out_dir=str(base / stage)),
+        eval=dataclasses.replace(cfg.eval, out_dir=str(base / (eval_dir or stage))),
     )
 
 
-def rl_task_ids(train_ids: Sequence[str], traced_ids: Sequence[str], unseen_only: bool) -> list[str]:
-    """The RL stage's task pool: with `unseen_only`, the training tasks SFT had no trace of (so RL
-    is rewarded for solving, not for recalling a memorised trace); else every training task."""
-    if not unseen_only:
+def base_eval_cfg(cfg: Config) -> Config:
+    """The untrained model's eval: fewer tasks, attempts and turns where pipeline.base_* say so."""
+    p = cfg.pipeline
+    return dataclasses.replace(
+        _stage_cfg(cfg, "base", cfg.model.path),
+        eval=dataclasses.replace(cfg.eval, out_dir=str(cfg.run.path / "base"),
+                                 num_tasks=p.base_eval_tasks or cfg.eval.num_tasks,
+                                 attempts=p.base_eval_attempts or cfg.eval.attempts),
+        rollout=dataclasses.replace(cfg.rollout, max_turns=p.base_max_turns or cfg.rollout.max_turns))
+
+
+def rl_cfg(cfg: Config, policy: str, pool: Sequence[str], total_steps: int, resume: bool) -> Config:
+    """The RL stage's training run: on its pool of ids, or on the stream when the pool is empty."""
+    staged = _stage_cfg(cfg, "rl", policy, pool, resume=resume)
+    return dataclasses.replace(
+        staged, trainer=dataclasses.replace(cfg.trainer, total_steps=total_steps),
+        tasks=staged.tasks if pool else dataclasses.replace(cfg.tasks, split=STREAM_SPLIT, ids=[]))
+
+
+def rl_task_ids(train_ids: Sequence[str], traced_ids: Sequence[str], rl_tasks: str) -> list[str]:
+    """The RL stage's task pool: "unseen", the training tasks SFT had no trace of (so RL is rewarded
+    for solving, not for recalling a memorised trace); "all", every training task; "stream", none
+    (RL draws fresh tasks from the source's stream)."""
+    if rl_tasks == "stream":
+        return []
+    if rl_tasks == "all":
         return list(train_ids)
     traced = set(traced_ids)
     pool = [task_id for task_id in train_ids if task_id not in traced]
     if not pool:
-        raise ValueError("pipeline.rl_on_unseen_tasks is true but every training task has an expert trace: "
-                         "lower pipeline.trace_tasks or set pipeline.rl_on_unseen_tasks=false")
+        raise ValueError("pipeline.rl_tasks is 'unseen' but every training task has an expert trace: "
+                         "lower pipeline.trace_tasks, or set pipeline.rl_tasks=stream")
     return pool
+
+
+def rl_segments(cfg: Config) -> list[int]:
+    """The steps the RL stage stops at to evaluate: pipeline.rl_eval_steps, then trainer.total_steps."""
+    total = cfg.trainer.total_steps
+    points = sorted(set(cfg.pipeline.rl_eval_steps))
+    if any(p < 1 or p >= total for p in points):
+        raise ValueError(f"pipeline.rl_eval_steps {points}: each must be between 1 and trainer.total_steps - 1 "
+                         f"({total - 1})")
+    return [*points, total]
 
 
 # -- what a stage depends on -----------------------------------------------------------------
@@ -264,15 +298,24 @@ def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> di
             outputs.update(traces=f"{stage}/traces.jsonl", policy=f"{stage}/policy")
             marker["traced_task_ids"] = traced_ids
         elif stage == "rl":
-            pool = rl_task_ids(train_ids, traced_ids, cfg.pipeline.rl_on_unseen_tasks)
-            console.say(f"pipeline: RL on {len(pool)} training tasks"
-                        + (" that SFT never saw" if cfg.pipeline.rl_on_unseen_tasks and traced_ids else ""))
+            pool = rl_task_ids(train_ids, traced_ids, cfg.pipeline.rl_tasks)
+            console.say(f"pipeline: RL on {len(pool)} training tasks" + (" that SFT never saw" if traced_ids else "")
+                        if pool else f"pipeline: RL on fresh tasks of the {cfg.tasks.source} stream, each drawn once")
             if plan.action == "run":  # before its first checkpoint: which config the checkpoints are of
                 write_json(stage_dir / STARTED, marker)
-            run_path = train(_stage_cfg(cfg, stage, policy, pool, resume=plan.action == "resume"))
+            resume = plan.action == "resume"
+            *points, total = rl_segments(cfg)
+            for point in points:  # held-out evals along the way; a resumed stage keeps those it has
+                at = stage_dir / f"at-step-{point}"
+                if not (at / "eval.json").is_file():
+                    run_path = train(rl_cfg(cfg, policy, pool, point, resume))
+                    evaluate(_stage_cfg(cfg, stage, str(run_path / "policy"), eval_dir=f"{stage}/at-step-{point}"))
+                resume = True
+            run_path = train(rl_cfg(cfg, policy, pool, total, resume))
             policy = str(run_path / "policy")
             outputs.update(policy=str(Path(policy).relative_to(root)))
-        reports[stage] = evaluate(_stage_cfg(cfg, stage, policy if stage != "base" else cfg.model.path))
+        stage_cfg = base_eval_cfg(cfg) if stage == "base" else _stage_cfg(cfg, stage, policy)
+        reports[stage] = evaluate(stage_cfg)
         loggers.log_eval(stage, index, reports[stage])
         console.say(f"pipeline: {stage} pass@1 = {reports[stage]['pass@1']}")
         outputs.update(eval=f"{stage}/eval.json", predictions=f"{stage}/predictions.jsonl")
@@ -280,88 +323,4 @@ def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> di
         write_json(stage_dir / MARKER, {**marker, "outputs": outputs, "pass@1": reports[stage]["pass@1"],
                                         "wall_s": round(time.monotonic() - started, 2),
                                         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    return _summarize(cfg, root, reports)
-
-
-def _summarize(cfg: Config, root: Path, reports: dict[str, dict]) -> dict:
-    last = list(reports)[-1]
-    shutil.copy(root / last / "predictions.jsonl", root / "predictions.jsonl")
-    seed = cfg.eval.seed
-    # A stage none of whose tasks was scored (every attempt an infra error) has no interval and
-    # no delta: the summary says so instead of the pipeline failing after all its work.
-    scored = {stage for stage, report in reports.items() if per_task_pass_at_1(report)}
-    intervals = {stage: stage_interval(report, seed=seed) if stage in scored else None
-                 for stage, report in reports.items()}
-    stages = list(reports)
-    # Each stage against the one before it, paired task by task (actors/report/significance.py).
-    deltas = {f"{after}_minus_{before}": paired_delta(reports[before], reports[after], seed=seed)
-              if set(per_task_pass_at_1(reports[before])) & set(per_task_pass_at_1(reports[after])) else None
-              for before, after in zip(stages, stages[1:])}
-    summary = {
-        **{f"{stage}_pass_at_1": report["pass@1"] for stage, report in reports.items()},
-        **deltas,
-        "pass_at_1_ci95": {stage: [i["ci95_low"], i["ci95_high"]] if i else None for stage, i in intervals.items()},
-        "pass_at_k": {stage: report["pass@k"] for stage, report in reports.items()},
-        "attempts_per_task": cfg.eval.attempts,
-        "eval_tasks": reports[last]["num_tasks"],
-        "eval_temperature": cfg.eval.temperature,
-        "stages": stages,
-    }
-    write_json(root / "summary.json", summary)
-    _plot(reports, intervals, deltas, root / "learning_curve.png")
-    console.say(summary_table(summary))
-    return summary
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:5.1f}%"
-
-
-def summary_table(summary: dict) -> str:
-    """The printed result: each stage's pass@1 with its 95% interval, then each stage-to-stage
-    delta (paired over tasks) with its own."""
-    k = summary["attempts_per_task"]
-    lines = [f"stage | pass@1 [95% CI]         | pass@{k}  | {summary['eval_tasks']} tasks x {k} attempts"]
-    for stage in summary["stages"]:
-        interval = summary["pass_at_1_ci95"][stage]
-        shown = f"[{_pct(interval[0])}, {_pct(interval[1])}]" if interval else "(no task scored)"
-        lines.append(f"{stage:5} | {_pct(summary[f'{stage}_pass_at_1'])} {shown} "
-                     f"| {_pct(summary['pass_at_k'][stage][str(k)])}")
-    for before, after in zip(summary["stages"], summary["stages"][1:]):
-        d = summary[f"{after}_minus_{before}"]
-        if d is None:
-            lines.append(f"{after} - {before}: no task scored in both stages, no delta")
-            continue
-        lines.append(f"{after} - {before}: {100 * d['delta']:+.1f} points [{100 * d['ci95_low']:+.1f}, "
-                     f"{100 * d['ci95_high']:+.1f}] (paired bootstrap, {d['tasks']} tasks: "
-                     f"{d['better']} better, {d['worse']} worse)")
-    return "\n".join(lines)
-
-
-def _plot(reports: dict[str, dict], intervals: dict[str, dict], deltas: dict[str, dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    stages = list(reports)
-    values = [reports[s]["pass@1"] for s in stages]
-    errors = [[v - intervals[s]["ci95_low"] if intervals[s] else 0.0 for s, v in zip(stages, values)],
-              [intervals[s]["ci95_high"] - v if intervals[s] else 0.0 for s, v in zip(stages, values)]]
-    ax.errorbar(stages, values, yerr=errors, marker="o", capsize=4, label="pass@1 (95% CI)")
-    k = max(int(key) for key in reports[stages[0]]["pass@k"])
-    ax.plot(stages, [reports[s]["pass@k"][str(k)] for s in stages], marker="s", linestyle="--",
-            label=f"pass@{k}")
-    for i, (before, after) in enumerate(zip(stages, stages[1:])):
-        d = deltas[f"{after}_minus_{before}"]
-        if d is None:
-            continue
-        ax.annotate(f"{100 * d['delta']:+.1f}\n[{100 * d['ci95_low']:+.1f}, {100 * d['ci95_high']:+.1f}]",
-                    ((i + i + 1) / 2, (values[i] + values[i + 1]) / 2 + 0.08), ha="center", fontsize="x-small")
-    ax.set(xlabel="stage", ylabel="held-out pass rate", ylim=(0, 1),
-           title=f"Learning curve ({reports[stages[-1]]['num_tasks']} held-out tasks)")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    return summarize(cfg, root, reports, rl_segments(cfg)[:-1] if "rl" in reports else [])

@@ -16,13 +16,15 @@ import random
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field, replace
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from actors.batch_stats import batch_stats
 from actors.task_picker import make_picker
+from actors.task_table import TaskTable
 from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem, WorkSource
 from configs.schema import RolloutConfig
 from envs.outcomes import Outcome
+from envs.stream import TaskStream
 
 STOP = "stop"
 COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined",
@@ -49,16 +51,13 @@ class _Group:
 
 
 class SampleCollector(WorkSource):
-    def __init__(self, cfg: RolloutConfig, tasks: Sequence, task_ids: Sequence[str], seed: int):
-        if not tasks:
-            raise ValueError("the task set is empty: check tasks.source / tasks.split / tasks.ids")
+    def __init__(self, cfg: RolloutConfig, tasks: Union[Sequence, TaskStream], task_ids: Sequence[str], seed: int):
+        """`tasks`: a list (with its ids) or an endless stream (envs/stream.py; `task_ids` empty)."""
         self.cfg = cfg
-        self._tasks = list(tasks)
-        self._task_ids = list(task_ids)
+        self.table = TaskTable(tasks, task_ids)
         self._rng = random.Random(seed)
-        self.picker = make_picker(cfg.task_selection, len(self._tasks), self._rng, cfg.group_size,
+        self.picker = make_picker(cfg.task_selection, self.table, self._rng, cfg.group_size,
                                   cfg.pass_rate_half_life_versions, cfg.explore_fraction)
-        self._index_of = {task_id: i for i, task_id in enumerate(self._task_ids)}
         self.version = 0
         self.counts = {name: 0 for name in COUNTERS}
         self.groups_admitted = 0
@@ -91,15 +90,16 @@ class SampleCollector(WorkSource):
         return self.groups_admitted - self.groups_filtered
 
     def _next_task_index(self) -> Optional[int]:
-        quarantined = {self._index_of[t] for t in self.quarantined_tasks if t in self._index_of}
-        busy = {self._index_of[g.task_id] for g in self._groups.values() if not g.dead and not g.complete}
+        quarantined = {self.table.index_of(t) for t in self.quarantined_tasks if self.table.has(t)}
+        busy = {self.table.index_of(g.task_id) for g in self._groups.values() if not g.dead and not g.complete}
         return self.picker.pick(self.version, quarantined, busy)
 
     def _admit_group(self) -> bool:
         index = self._next_task_index()
         if index is None:
             return False
-        group = _Group(self.groups_admitted, self._tasks[index], self._task_ids[index], self.version, self.cfg.group_size)
+        group = _Group(self.groups_admitted, self.table.task(index), self.table.task_id(index), self.version,
+                       self.cfg.group_size)
         self._groups[group.group_id] = group
         self.groups_admitted += 1
         for member in range(group.size):
@@ -166,7 +166,7 @@ class SampleCollector(WorkSource):
             rewards = [t.reward for t in group.members.values()]
             self._groups_finished += 1
             self._groups_informative += int(len(set(rewards)) > 1)
-            self.picker.observe(self._index_of[group.task_id], rewards, self.version)
+            self.picker.observe(self.table.index_of(group.task_id), rewards, self.version)
 
     def _quarantine(self, group: _Group, reason: str) -> None:
         self.quarantined_tasks[group.task_id] = reason
@@ -283,10 +283,11 @@ class SampleCollector(WorkSource):
 
     def restore(self, state: dict) -> int:
         """Continue from a snapshot; work that was in flight is admitted again. Returns how much."""
-        by_id = dict(zip(self._task_ids, self._tasks))
-        missing = {g["task_id"] for g in state["groups"]} - set(by_id)
+        referred = {g["task_id"] for g in state["groups"]} | {w["task_id"] for w in state["in_flight"] + state["pending"]}
+        missing = sorted(task_id for task_id in referred if not self.table.has(task_id))
         if missing:
-            raise ValueError(f"the checkpoint refers to tasks not in this task set: {sorted(missing)[:5]}")
+            raise ValueError(f"the checkpoint refers to tasks not in this task set: {missing[:5]}")
+        by_id = {task_id: self.table.task(self.table.index_of(task_id)) for task_id in referred}
         self.version, self.groups_admitted = state["version"], state["groups_admitted"]
         self.groups_filtered = state["groups_filtered"]
         self.counts = dict(state["counts"])
@@ -338,7 +339,7 @@ class SampleCollector(WorkSource):
         return {
             **c,
             "identity_holds": True,
-            "tasks_exhausted": len(self.quarantined_tasks) == len(set(self._task_ids)),
+            "tasks_exhausted": self.table.exhausted(list(self.quarantined_tasks)) or self.picker.stream_ran_dry(),
             "readmitted_after_restart": self.readmitted,
             "version": self.version,
             "groups_admitted": self.groups_admitted,

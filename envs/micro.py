@@ -28,6 +28,10 @@ from envs.tasks import Task
 
 SPLIT_SIZES = {"train": 300, "eval": 100}
 SPLIT_SEEDS = {"train": 1, "eval": 2}
+# The tokenizer learns the text of this many train tasks (the first ones, which never change):
+# fixed, so neither a larger train split nor the stream (envs/micro_stream.py) changes the
+# tokenizer or invalidates a cached model.
+CORPUS_TASKS = 300
 EASY_FRACTION = 0.75
 MODULE, TEST_MODULE, PYTEST_INI = "mod.py", "test_mod.py", "pytest.ini"
 # Classic progress lines ("test_mod.py .F.") instead of ones padded to 80 columns: a small
@@ -167,7 +171,8 @@ def _names(rng: random.Random, parity: int, avoid: str = "") -> str:
             return name
 
 
-def _one(task_id: str, family: str, rng: random.Random, easy: bool, parity: int) -> MicroTask | None:
+def draw(task_id: str, family: str, rng: random.Random, easy: bool, parity: int) -> MicroTask | None:
+    """One task of `family` from `rng`'s next draws, or None when this draw does not validate."""
     template = rng.choice([t for t in TEMPLATES if t.family == family])
     names = dict(zip(("v0", "v1", "v2"), rng.sample(_VARS, 3)))
     k = template.constant(rng)
@@ -214,17 +219,18 @@ def _one(task_id: str, family: str, rng: random.Random, easy: bool, parity: int)
                      ((f"{TEST_MODULE}::test_{f}",) if same_case else ()) + (f"{TEST_MODULE}::test_{helper_name}",))
 
 
-def generate(split: str) -> List[MicroTask]:
-    """Every task of one split, deterministic."""
+def generate(split: str, count: Optional[int] = None) -> List[MicroTask]:
+    """The first `count` tasks of one split (default: its size), deterministic: the first n tasks
+    are the same whatever the count."""
     if split not in SPLIT_SIZES:
         raise ValueError(f"unknown split {split!r} for source 'micro'; allowed splits: {sorted(SPLIT_SIZES)}")
     rng = random.Random(SPLIT_SEEDS[split])
     tasks: List[MicroTask] = []
-    for index in range(SPLIT_SIZES[split]):
+    for index in range(SPLIT_SIZES[split] if count is None else count):
         # Families in turn, so every split has the same balanced mix; retry until one validates.
         family, easy, task = FAMILIES[index % len(FAMILIES)], rng.random() < EASY_FRACTION, None
         while task is None:
-            task = _one(f"micro-{split}-{index:03d}", family, rng, easy, SPLIT_PARITY[split])
+            task = draw(f"micro-{split}-{index:03d}", family, rng, easy, SPLIT_PARITY[split])
         tasks.append(task)
     return tasks
 
@@ -232,8 +238,17 @@ def generate(split: str) -> List[MicroTask]:
 def corpus_texts() -> List[List[str]]:
     """What the offline tokenizer learns these tasks from (policies.corpus.build_corpus): per
     train task its issue (first: it starts with the function's name), module and tests. The
-    train split only, so eval text stays unseen."""
-    return [[t.problem_statement, t.files[MODULE], t.files[TEST_MODULE]] for t in generate("train")]
+    first CORPUS_TASKS train tasks only: eval text stays unseen, and the corpus stays the same
+    however many tasks the train split or the stream hand out."""
+    return [[t.problem_statement, t.files[MODULE], t.files[TEST_MODULE]] for t in generate("train", CORPUS_TASKS)]
+
+
+def content_keys(task: MicroTask) -> set[str]:
+    """What makes two tasks the same task whatever their ids: the buggy module, the tests or the
+    issue. A stream task sharing any of them with a task of a finite split is not handed out."""
+    return {hashlib.sha256(f"{kind}\0{text}".encode()).hexdigest()
+            for kind, text in (("module", task.files[MODULE]), ("tests", task.files[TEST_MODULE]),
+                               ("issue", task.problem_statement))}
 
 
 def _gold_patch(buggy: str, fixed: str) -> str:
@@ -252,21 +267,26 @@ def _write(workspace: Path, files: dict) -> None:
         (workspace / name).write_text(content)
 
 
+def workspace_root(cache_dir: Optional[str] = None) -> Path:
+    """Where micro workspaces are written (None: under envs.cache.cache_root())."""
+    return (Path(cache_dir).expanduser() if cache_dir else cache_root()) / "tasks" / f"micro-{_cache_key()}"
+
+
+def to_task(micro: MicroTask, root: Path, split: str) -> Task:
+    """The Task of a generated one, its workspace written under `root` on first use."""
+    target = root / micro.id
+    build_dir_once(target, lambda workspace, files=micro.files: _write(workspace, files))
+    return Task(
+        id=micro.id, repo=f"swerve-micro/{micro.id}", workspace_dir=str(target),
+        problem_statement=micro.problem_statement, test_command=PYTEST_COMMAND,
+        fail_to_pass=micro.fail_to_pass, pass_to_pass=micro.pass_to_pass,
+        gold_patch=_gold_patch(micro.files[MODULE], micro.fixed_module), stratum=micro.stratum,
+        test_files=((TEST_MODULE, micro.files[TEST_MODULE]), (PYTEST_INI, PYTEST_CONFIG)), split=split, source="micro",
+        family=micro.family,
+    )
+
+
 def load_micro(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] = None) -> List[Task]:
     """The tasks of one split; workspaces under `cache_dir` (None: envs.cache.cache_root())."""
-    root = (Path(cache_dir).expanduser() if cache_dir else cache_root()) / "tasks" / f"micro-{_cache_key()}"
-    tasks = []
-    for micro in generate(split):
-        if ids and micro.id not in ids:
-            continue
-        target = root / micro.id
-        build_dir_once(target, lambda workspace, files=micro.files: _write(workspace, files))
-        tasks.append(Task(
-            id=micro.id, repo=f"swerve-micro/{micro.id}", workspace_dir=str(target),
-            problem_statement=micro.problem_statement, test_command=PYTEST_COMMAND,
-            fail_to_pass=micro.fail_to_pass, pass_to_pass=micro.pass_to_pass,
-            gold_patch=_gold_patch(micro.files[MODULE], micro.fixed_module), stratum=micro.stratum,
-            test_files=((TEST_MODULE, micro.files[TEST_MODULE]), (PYTEST_INI, PYTEST_CONFIG)), split=split, source="micro",
-            family=micro.family,
-        ))
-    return tasks
+    root = workspace_root(cache_dir)
+    return [to_task(micro, root, split) for micro in generate(split) if not ids or micro.id in ids]

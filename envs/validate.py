@@ -22,15 +22,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Union
 
 from configs.schema import TasksConfig
 from envs.grader import GradeResult
 from envs.cache import cache_root
-from envs.loaders import NAMED_SOURCES, load_tasks
+from envs.loaders import NAMED_SOURCES, load_tasks, open_stream
 from envs.outcomes import InfraError
 from envs.pristine_view import grade_on_pristine
 from envs.sandbox import Sandbox
+from envs.stream import STREAM_SPLIT, TaskStream
 from envs.tasks import Task
 from envs.workspace_change import take_manifest
 
@@ -169,8 +170,11 @@ def write_quarantine(path: Path, source: str, results: Iterable[ValidationResult
     return tasks
 
 
-def trainable_tasks(cfg_tasks: TasksConfig) -> tuple[List[Task], Dict[str, str]]:
-    """The configured tasks minus those the sanity gate quarantined (returned with their reasons)."""
+def trainable_tasks(cfg_tasks: TasksConfig) -> tuple[Union[List[Task], TaskStream], Dict[str, str]]:
+    """The configured tasks minus those the sanity gate quarantined (returned with their reasons);
+    for tasks.split=stream, the source's endless stream (its tasks are new: none was validated)."""
+    if cfg_tasks.split == STREAM_SPLIT:
+        return open_stream(cfg_tasks), {}
     tasks = load_tasks(cfg_tasks.source, cfg_tasks.split, cfg_tasks.ids, cfg_tasks.format)
     quarantine = load_quarantine(cfg_tasks)
     skipped = {task.id: quarantine[task.id] for task in tasks if task.id in quarantine}

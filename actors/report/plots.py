@@ -26,6 +26,8 @@ def write_plots(rows: Sequence[dict], out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, _series(rows, "resolved_rate"), marker="o", label="resolved rate")
     ax.plot(steps, _series(rows, "reward_mean"), marker="s", label="reward mean (trained)")
+    # On a stream every task is new: the running pass rate is a live held-out estimate.
+    ax.plot(steps, _series(rows, "train_pass_rate"), marker="^", label="train pass rate (running)")
     ax.set(xlabel="step", ylabel="rate", ylim=(-0.05, 1.05), title="Resolved rate and reward")
     ax.legend()
     paths.append(_save(fig, out_dir / "reward.png"))

@@ -43,24 +43,9 @@ class EnvConfig:
 
 
 @dataclass
-class TasksConfig:
-    # "builtin" (hand-written suite), "micro" (generated one-function tasks for tiny models), or a
-    # path to a task file or directory (SWE-bench / SWE-smith rows, Harbor tasks).
-    source: str = "builtin"
-    # Format of a path source; "" detects it from the path.
-    format: str = ""
-    split: str = "train"
-    # Written by `swerve tasks validate`; training skips the tasks it lists. "" = the default
-    # location for the source (under the swerve cache).
-    quarantine_file: str = ""
-    # Empty means every task of the split.
-    ids: List[str] = field(default_factory=list)
-
-
-@dataclass
 class SynthConfig:
-    """`swerve tasks synth` (envs/synth): SWE-smith-style bug tasks made from a local repository.
-    Not part of a run's Config: the command's flags take their defaults from here."""
+    """SWE-smith-style bug tasks made from a local repository (envs/synth): `swerve tasks synth`'s
+    flags take their defaults from here, and a run's repository stream reads tasks.synth."""
     # Tasks to keep (validated mutations).
     num_tasks: int = 10
     # Seeds which mutations are tried, in what order, and the PASS_TO_PASS sample.
@@ -83,3 +68,26 @@ class SynthConfig:
     # The problem statement details this many failing tests and lists at most max_listed.
     max_detailed_failures: int = 3
     max_listed_failures: int = 10
+
+
+@dataclass
+class TasksConfig:
+    # "builtin" (hand-written suite), "micro" (generated one-function tasks for tiny models), or a
+    # path to a task file or directory (SWE-bench / SWE-smith rows, Harbor tasks).
+    source: str = "builtin"
+    # Format of a path source; "" detects it from the path.
+    format: str = ""
+    split: str = "train"
+    # Written by `swerve tasks validate`; training skips the tasks it lists. "" = the default
+    # location for the source (under the swerve cache).
+    quarantine_file: str = ""
+    # Empty means every task of the split.
+    ids: List[str] = field(default_factory=list)
+    # tasks.split=stream (envs/stream.py): endless fresh tasks, each drawn once. Sources with a
+    # stream: "micro", and a local Python repository with format "synth" (bugs injected into it).
+    # The stream's seed: another seed draws other tasks.
+    stream_seed: int = 0
+    # A repository stream: how its bugs are made (its seed is stream_seed), and how many are made
+    # ahead of the training run's demand, in the background.
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    stream_lookahead: int = 8

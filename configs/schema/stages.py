@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Literal
 
 
 @dataclass
@@ -34,8 +34,19 @@ class PipelineConfig:
     trace_workers: int = 0
     # Share of the traces that show a wrong edit, its failing test and the recovery.
     recovery_rate: float = 0.3
-    # The RL stage trains on the training tasks that got no expert trace (true), or on all of them.
-    rl_on_unseen_tasks: bool = True
+    # The RL stage's tasks: "stream" draws fresh ones, each once (tasks.split=stream: never the eval
+    # split's, never a traced task's, envs/stream.py); "unseen" the training tasks that got no
+    # expert trace; "all" every training task.
+    rl_tasks: Literal["stream", "unseen", "all"] = "unseen"
+    # Held-out evals during the RL stage, after these steps (each < trainer.total_steps), besides
+    # the one at its end: the RL curve in summary.json and learning_curve.png.
+    rl_eval_steps: List[int] = field(default_factory=list)
+    # The base model's eval (it is untrained: it shows ~0% and runs every attempt to the caps):
+    # tasks (a stratified subset; 0: as eval.num_tasks), attempts (0: eval.attempts) and turns
+    # (0: rollout.max_turns). Paired deltas use the tasks both stages share.
+    base_eval_tasks: int = 0
+    base_eval_attempts: int = 0
+    base_max_turns: int = 0
     # Stages run by `swerve pipeline`, in order.
     stages: List[str] = field(default_factory=lambda: ["base", "sft", "rl"])
     # A re-run skips each stage that finished with the same config (its <stage>/done.json) and

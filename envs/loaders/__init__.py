@@ -25,10 +25,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
+from configs.schema import TasksConfig
 from envs import micro
 from envs.builtin import suite
 from envs.loaders import harbor, swebench, swesmith
 from envs.loaders.common import sniff_keys
+from envs.micro_stream import MicroStream
+from envs.stream import STREAM_SPLIT, TaskStream
 from envs.tasks import ALL_SPLITS, DEFAULT_SPLIT, Task, TaskSet
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,8 @@ LOADERS: Dict[str, Loader] = {
 
 # Sources that are names, not paths: their loaders generate or ship the tasks themselves.
 NAMED_SOURCES = ("builtin", "micro")
+# A local Python repository read as an endless stream of bugs injected into it (tasks.split=stream).
+SYNTH_FORMAT = "synth"
 
 
 def detect_format(source: str) -> str:
@@ -100,6 +105,12 @@ def load_task_set(source: str = "builtin", split: str = DEFAULT_SPLIT, ids: Sequ
     `source` is "builtin" or a path; `format` ("" = detect) is one of `LOADERS`;
     `ids` (if given) selects a subset, and an id that is not found is an error.
     """
+    if split == STREAM_SPLIT:
+        raise ValueError(f"split {STREAM_SPLIT!r} of {source!r} is endless: training draws from it "
+                         f"(swerve train tasks.split={STREAM_SPLIT}); name a finite split to list or validate tasks")
+    if format == SYNTH_FORMAT:
+        raise ValueError(f"tasks.format={SYNTH_FORMAT} reads a repository as a stream of bugs: set "
+                         f"tasks.split={STREAM_SPLIT}, or write rows with `swerve tasks synth --repo {source}`")
     loaded = LOADERS[resolve_format(source, format)](source, split, tuple(ids))
     tasks = sorted(loaded.tasks, key=lambda task: task.id)
     if not tasks and split != ALL_SPLITS and loaded.splits and split not in loaded.splits:
@@ -127,3 +138,15 @@ def load_tasks(source: str = "builtin", split: str = DEFAULT_SPLIT, ids: Sequenc
         log.warning("%s: loaded %d tasks, skipped %d malformed rows (first: %s)",
                     source, len(task_set.tasks), len(task_set.skipped), first)
     return task_set.tasks
+
+
+def open_stream(cfg: TasksConfig) -> TaskStream:
+    """The endless stream of fresh tasks of `cfg.source` (tasks.split=stream, envs/stream.py)."""
+    if cfg.source == "micro":
+        return MicroStream(cfg.stream_seed)
+    if cfg.format == SYNTH_FORMAT:
+        from envs.synth.stream import SynthStream  # runs pytest in the background: only when asked for
+
+        return SynthStream(cfg.source, replace(cfg.synth, seed=cfg.stream_seed), lookahead=cfg.stream_lookahead)
+    raise ValueError(f"tasks.source={cfg.source!r} has no stream: tasks.split={STREAM_SPLIT} needs tasks.source=micro, "
+                     f"or a local Python repository with tasks.format={SYNTH_FORMAT}")

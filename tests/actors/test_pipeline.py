@@ -274,17 +274,36 @@ def test_plan_resumes_rl_only_from_a_checkpoint_of_this_config(tmp_path):
     assert _actions(root, _cfg(tmp_path, "pipeline.fresh=true"))[2] == ("rl", "run")
 
 
-def test_rl_pool_is_the_tasks_sft_never_saw():
+def test_rl_pool_is_the_tasks_sft_never_saw_or_the_stream():
     from actors.pipeline import rl_task_ids
 
-    assert rl_task_ids(["a", "b", "c"], ["a"], unseen_only=True) == ["b", "c"]
-    assert rl_task_ids(["a", "b", "c"], ["a"], unseen_only=False) == ["a", "b", "c"]
+    assert rl_task_ids(["a", "b", "c"], ["a"], "unseen") == ["b", "c"]
+    assert rl_task_ids(["a", "b", "c"], ["a"], "all") == ["a", "b", "c"]
+    assert rl_task_ids(["a", "b", "c"], ["a"], "stream") == []
     with pytest.raises(ValueError, match="pipeline.trace_tasks"):
-        rl_task_ids(["a"], ["a"], unseen_only=True)
+        rl_task_ids(["a"], ["a"], "unseen")
+
+
+def test_the_rl_stage_draws_from_the_stream_and_stops_at_its_eval_points(tmp_path):
+    from actors.pipeline import base_eval_cfg, rl_cfg, rl_segments
+
+    cfg = _cfg(tmp_path, "tasks.source=micro", "pipeline.rl_tasks=stream", "trainer.total_steps=30",
+               "pipeline.rl_eval_steps=[20,10]", "pipeline.base_eval_tasks=20", "pipeline.base_eval_attempts=1",
+               "pipeline.base_max_turns=2")
+    assert rl_segments(cfg) == [10, 20, 30]
+    on_stream = rl_cfg(cfg, "sft/policy", [], 10, resume=False)
+    assert (on_stream.tasks.split, on_stream.tasks.ids, on_stream.trainer.total_steps) == ("stream", [], 10)
+    on_pool = rl_cfg(cfg, "sft/policy", ["a"], 30, resume=True)
+    assert (on_pool.tasks.split, on_pool.tasks.ids, on_pool.run.resume) == ("train", ["a"], True)
+    base = base_eval_cfg(cfg)
+    assert (base.eval.num_tasks, base.eval.attempts, base.rollout.max_turns) == (20, 1, 2)
+    assert (cfg.eval.attempts, cfg.rollout.max_turns) != (1, 2)  # only the base eval is cheaper
+    with pytest.raises(ValueError, match="rl_eval_steps"):
+        rl_segments(_cfg(tmp_path, "trainer.total_steps=30", "pipeline.rl_eval_steps=[30]"))
 
 
 def test_summary_table_prints_intervals_and_paired_deltas():
-    from actors.pipeline import summary_table
+    from actors.report.stage_summary import summary_table
 
     summary = {"attempts_per_task": 4, "eval_tasks": 100, "stages": ["sft", "rl"],
                "sft_pass_at_1": 0.45, "rl_pass_at_1": 0.57,
@@ -297,7 +316,7 @@ def test_summary_table_prints_intervals_and_paired_deltas():
 
 
 def test_a_stage_with_no_scored_task_is_summarized_not_a_crash(tmp_path):
-    from actors.pipeline import _summarize
+    from actors.report.stage_summary import summarize
     from configs.schema import Config
 
     def report(resolved_n):
@@ -308,10 +327,10 @@ def test_a_stage_with_no_scored_task_is_summarized_not_a_crash(tmp_path):
     (tmp_path / "sft").mkdir()
     (tmp_path / "sft" / "predictions.jsonl").write_text("")
     # Every base attempt was an infra error (n=0: never scored); SFT's were scored.
-    summary = _summarize(Config(), tmp_path, {"base": report((0, 0)), "sft": report((2, 4))})
+    summary = summarize(Config(), tmp_path, {"base": report((0, 0)), "sft": report((2, 4))})
     assert summary["sft_minus_base"] is None and summary["pass_at_1_ci95"]["base"] is None
     assert summary["pass_at_1_ci95"]["sft"] is not None
-    from actors.pipeline import summary_table
+    from actors.report.stage_summary import summary_table
 
     text = summary_table(summary)
     assert "(no task scored)" in text and "sft - base: no task scored in both stages" in text

@@ -1,16 +1,22 @@
 import random
+from collections import Counter
 
 import pytest
 
 from actors.sample_collector import STOP, SampleCollector
 from actors.task_picker import PassRatePicker, UniformPicker, informative_probability, make_picker
+from actors.task_table import TaskTable
 from actors.trajectory import Trajectory
 from configs.schema import RolloutConfig
 
 
 def picker(num_tasks=4, explore_fraction=0.0, half_life=4.0, seed=0):
-    return PassRatePicker(num_tasks, random.Random(seed), group_size=8, half_life_versions=half_life,
+    return PassRatePicker(table(num_tasks), random.Random(seed), group_size=8, half_life_versions=half_life,
                           explore_fraction=explore_fraction)
+
+
+def table(num_tasks):
+    return TaskTable([f"task-{i}" for i in range(num_tasks)], [f"task-{i}" for i in range(num_tasks)])
 
 
 def test_informative_probability_peaks_at_one_half():
@@ -80,11 +86,11 @@ def test_snapshot_restores_the_estimates():
 
 
 def test_uniform_picker_visits_every_task_once_per_pass():
-    u = make_picker("uniform", 5, random.Random(0), 8, 4.0, 0.1)
+    u = make_picker("uniform", table(5), random.Random(0), 8, 4.0, 0.1)
     assert isinstance(u, UniformPicker)
     assert sorted(u.pick(0, ()) for _ in range(5)) == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="uniform, pass_rate"):
-        make_picker("greedy", 5, random.Random(0), 8, 4.0, 0.1)
+        make_picker("greedy", table(5), random.Random(0), 8, 4.0, 0.1)
 
 
 # -- in the collector ---------------------------------------------------------------------------
@@ -147,3 +153,84 @@ def test_collector_reports_learning_stats_per_batch():
     assert batch.stats["train_pass_rate"] == pytest.approx(0.5)
     assert batch.stats["entropy_mean"] == pytest.approx(0.5)
     assert [s.versions for s in batch.samples] == [[-1, 0]] * 4
+
+
+# -- on an endless stream of fresh tasks ---------------------------------------------------------
+# The policy's pass rate per family on new tasks: compare is solved, constant never, operator half.
+FAMILY_RATE = {"compare": 1.0, "constant": 0.0, "off_by_one": 0.0, "variable": 1.0, "operator": 0.5}
+
+
+@pytest.fixture
+def stream(tmp_path, monkeypatch):
+    from envs.micro_stream import MicroStream
+
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
+    return MicroStream(seed=0)
+
+
+def stream_collector(stream, explore_fraction=0.1):
+    cfg = RolloutConfig(groups_per_batch=1, group_size=4, max_staleness=0, task_selection="pass_rate",
+                        explore_fraction=explore_fraction, drop_uniform_groups=True)
+    return SampleCollector(cfg, stream, [], seed=0)
+
+
+def run_stream_group(c, rng):
+    items = []
+    while len(items) < 4 and (item := c.acquire()) not in (None, STOP):
+        items.append(item)
+    rate = FAMILY_RATE[items[0].task.family]
+    for item in items:
+        solved = rng.random() < rate
+        c.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
+                            outcome="resolved" if solved else "unresolved", reward=float(solved),
+                            token_ids=[1, 2], loss_mask=[0, 1], logprobs=[0.0, -0.5],
+                            versions=[-1, item.admitted_version]))
+    if c.next_batch(1.0) is not None:
+        c.set_version(c.version + 1)
+    return items[0].task
+
+
+def test_on_a_stream_every_group_is_a_new_task_and_the_family_near_one_half_is_preferred(stream):
+    c, rng = stream_collector(stream), random.Random(1)
+    tasks = [run_stream_group(c, rng) for _ in range(120)]
+    assert len({t.id for t in tasks}) == len(tasks)  # each task rolled out as one group, never again
+    later = Counter(t.family for t in tasks[40:])
+    assert later["operator"] > 2 * max(later[f] for f in FAMILY_RATE if f != "operator"), later
+    assert all(later[f] > 0 for f in FAMILY_RATE), later  # exploration keeps every family measured
+    acc = c.accounting()
+    assert acc["identity_holds"] and acc["admitted"] == 4 * 120 and not acc["tasks_exhausted"]
+    admission = acc["admission"]
+    assert admission["groups_explored"] == 120 and admission["groups_by_pass_rate"] == 0
+    assert admission["stream_passed_over"] > 0 and admission["tasks_seen"] == 120
+    assert admission["kinds"]["operator/easy"]["value"] > admission["kinds"]["compare/easy"]["value"]
+
+
+def test_a_restarted_stream_collector_keeps_its_estimates_and_draws_no_task_twice(stream):
+    c, rng = stream_collector(stream), random.Random(2)
+    before = [run_stream_group(c, rng).id for _ in range(30)]
+    restored = stream_collector(stream)
+    restored.restore(c.snapshot())
+    for kind in ("operator/easy", "constant/easy", "compare/hard"):
+        assert restored.picker.kind_value(kind, restored.version) == c.picker.kind_value(kind, c.version)
+    assert restored.accounting()["admission"] == c.accounting()["admission"]
+    after = [run_stream_group(restored, rng).id for _ in range(10)]
+    assert not set(after) & set(before) and restored.accounting()["identity_holds"]
+
+
+def test_without_evidence_the_stream_is_taken_in_order_and_uniform_walks_it(stream):
+    p = PassRatePicker(TaskTable(stream), random.Random(0), group_size=8, half_life_versions=4.0, explore_fraction=0.0)
+    assert [p.pick(version=0, excluded=()) for _ in range(5)] == [0, 1, 2, 3, 4]  # every kind worth 1/2
+    u = make_picker("uniform", TaskTable(stream), random.Random(0), 8, 4.0, 0.1)
+    assert [u.pick(0, excluded={1}) for _ in range(3)] == [0, 2, 3]
+
+
+def test_unseen_tasks_of_a_list_are_drawn_by_their_kind(tmp_path, monkeypatch):
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
+    from envs.loaders import load_tasks
+
+    tasks = load_tasks("micro", "train")[:50]
+    p = PassRatePicker(TaskTable(tasks), random.Random(0), group_size=4, half_life_versions=4.0, explore_fraction=0.0)
+    for i, task in enumerate(tasks[:10]):  # one group of each kind's first tasks
+        p.observe(i, [1.0, 0.0] if task.family == "operator" else [0.0, 0.0], version=0)
+    picks = [tasks[p.pick(version=1, excluded=())].family for _ in range(20)]
+    assert Counter(picks)["operator"] >= 8, picks
