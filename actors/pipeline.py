@@ -46,10 +46,14 @@ NOT_FINGERPRINTED = (
 # What a stage never reads: the base eval knows nothing of training, SFT nothing of RL. Changing
 # those keys leaves the stage's result as it was. (Which stages come before a stage enters its
 # fingerprint through the fingerprint of the one before it.)
+# Keys only an RL run reads (its rollouts and its task stream); an eval reads the rest of rollout.*.
+RL_ONLY = ("trainer.*", "pipeline.rl_*", "rollout.mode", "rollout.max_staleness", "rollout.group_size",
+           "rollout.groups_per_batch", "rollout.temperature", "rollout.normalize_advantage_std",
+           "rollout.drop_uniform_groups", "rollout.task_selection", "rollout.pass_rate_*", "rollout.explore_fraction",
+           "tasks.stream_*", "tasks.synth.*")
 UNREAD_BY_STAGE = {
-    "base": ("trainer.*", "sft.*", "pipeline.trace*", "pipeline.expert_thoughts", "pipeline.recovery_rate",
-             "pipeline.rl_*"),
-    "sft": ("trainer.*", "pipeline.rl_*", "pipeline.base_*"),
+    "base": (*RL_ONLY, "sft.*", "pipeline.trace*", "pipeline.expert_thoughts", "pipeline.recovery_rate"),
+    "sft": (*RL_ONLY, "pipeline.base_*"),
     "rl": ("pipeline.base_*",),
 }
 FRESH_HINT = "pipeline.fresh=true runs every stage again"

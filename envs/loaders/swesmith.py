@@ -27,13 +27,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 from envs.cache import build_dir_once, cache_root
 from envs.loaders.common import (ACTIVATE_TESTBED, RowError, collect_rows, optional_str, path_globs, require_str,
                                  reverse_patch, row_split, selected, test_list, tree_hash)
 from envs.pytest_summary import PYTEST_COMMAND
-from envs.tasks import Task, TaskSet
+from envs.tasks import ALL_SPLITS, Task, TaskSet
 
 FORMAT = "swesmith"
 TEST_COMMAND = PYTEST_COMMAND
@@ -83,8 +83,9 @@ def apply_patch(workdir: Path, diff: str) -> None:
 class _Repos:
     """Per-load memo of each clean repository's content hash and test files."""
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, workspace_root: Optional[Path] = None):
         self.base = base
+        self.workspace_root = workspace_root  # None: envs.cache.cache_root()
         self._hash: Dict[Path, str] = {}
         self._tests: Dict[Path, tuple] = {}
 
@@ -114,15 +115,16 @@ class _Repos:
         return self._tests[repo]
 
 
-def materialize(repo: Path, repo_hash: str, bug_patch: str) -> Path:
-    """The buggy workspace: a cached copy of repo with bug_patch applied (content-addressed)."""
+def materialize(repo: Path, repo_hash: str, bug_patch: str, root: Optional[Path] = None) -> Path:
+    """The buggy workspace: a cached copy of repo with bug_patch applied (content-addressed),
+    under root (None: envs.cache.cache_root())."""
     key = hashlib.sha256(f"{repo_hash}\0{bug_patch}".encode()).hexdigest()[:16]
 
     def build(out: Path) -> None:
         shutil.copytree(repo, out, ignore=shutil.ignore_patterns(*_IGNORED_DIRS, "*.pyc"), symlinks=True)
         apply_patch(out, bug_patch)
 
-    return build_dir_once(cache_root() / "tasks" / f"swesmith-{key}", build)
+    return build_dir_once((root or cache_root()) / "tasks" / f"swesmith-{key}", build)
 
 
 def _image_setup(bug_patch: str) -> tuple:
@@ -157,7 +159,7 @@ def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Tas
     if repo_path:
         repo = repos.resolve(repo_path)
         try:
-            workspace = materialize(repo, repos.content_hash(repo), bug_patch)
+            workspace = materialize(repo, repos.content_hash(repo), bug_patch, repos.workspace_root)
         except OSError as error:
             raise RowError("repo_path", f"cannot copy {repo}: {error}") from None
         return Task(repo=optional_str(row, "repo") or repo.name, workspace_dir=str(workspace),
@@ -170,3 +172,13 @@ def load(source: str, split: str, ids: Sequence[str]) -> TaskSet:
     path = Path(source).expanduser()
     repos = _Repos(path if path.is_dir() else path.parent)
     return collect_rows(path, lambda row: row_to_task(row, repos, split, ids), split, ids)
+
+
+def row_converter(base: Path, workspace_root: Optional[Path] = None) -> Callable[[dict], Task]:
+    """Row -> Task for rows that come from elsewhere than a row file (a task stream,
+    envs/synth/stream.py): every row is taken whatever its split, a relative repo_path is
+    relative to base, workspaces are built under workspace_root (None: envs.cache.cache_root()).
+    Each repository's hash and test files are computed once for all the calls. RowError for a
+    malformed row."""
+    repos = _Repos(base, workspace_root)
+    return lambda row: row_to_task(row, repos, ALL_SPLITS, ())

@@ -1,10 +1,12 @@
 """SWE-smith-style task synthesis: inject procedural bugs into a local Python repository.
 
-``synthesize`` copies the repository to a temporary directory (the source repository is
-never written), runs its pytest suite twice on the clean copy to learn which tests pass
+``iter_synthesized`` copies the repository to a temporary directory (the source repository
+is never written), runs its pytest suite twice on the clean copy to learn which tests pass
 reliably, then tries candidate mutations (``envs.synth.mutators``) one at a time in that
-copy. A mutation is kept when at least one previously passing test now fails and at
-least one still passes. Each kept mutation becomes one row in SWE-smith's format::
+copy, in a seeded order, yielding each kept one; ``synthesize`` takes the first few of them
+within a time budget, and ``envs.synth.stream`` makes an endless task stream of them. A
+mutation is kept when at least one previously passing test now fails and at least one still
+passes. Each kept mutation becomes one row in SWE-smith's format::
 
     instance_id, repo, patch (bug-inducing diff, a/ b/ prefixes, applies with patch -p1),
     FAIL_TO_PASS, PASS_TO_PASS, problem_statement, image_name,
@@ -26,7 +28,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Collection, Iterable, Iterator, Optional, Sequence
 
 from configs.schema import SynthConfig
 from envs.pytest_summary import node_id_of
@@ -135,9 +137,19 @@ def stratum_for(n_fail: int) -> str:
     return "easy" if n_fail <= 1 else ("medium" if n_fail <= 5 else "hard")
 
 
+def _left_out(name: str) -> bool:
+    return _ignored(name) or name.endswith((".pyc", ".pyo"))
+
+
+def left_out_of_copy(relative: Path) -> bool:
+    """True for a path (relative to the repository) that synthesis does not copy or read: VCS
+    folders, caches, virtual environments, builds, bytecode."""
+    return any(_left_out(part) for part in relative.parts)
+
+
 def _copy_repo(src: Path, dst: Path) -> None:
     def ignore(directory: str, names: list[str]) -> set[str]:
-        return {n for n in names if _ignored(n) or n.endswith((".pyc", ".pyo"))}
+        return {n for n in names if _left_out(n)}
 
     shutil.copytree(src, dst, symlinks=True, ignore=ignore)
 
@@ -154,29 +166,73 @@ def synthesize(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_args: Ite
     bounded by ``cfg.per_run_timeout_s`` (0: a multiple of the baseline duration, see
     SynthConfig). Tests run in a temporary copy; ``repo_path`` is only read. ``stats`` (if
     given) is filled with candidates, tried, kept, seconds, baseline_passed, rejected.
-    Returns SWE-smith-style rows.
+    Returns SWE-smith-style rows: the first ``cfg.num_tasks`` that ``iter_synthesized`` yields.
     """
-    n, seed, python = cfg.num_tasks, cfg.seed, cfg.python or None
+    t_start = time.monotonic()
+    st = stats if stats is not None else {}
+    rows: list[dict] = []
+    made = iter_synthesized(repo_path, cfg, test_args=test_args, stats=st, log=log,
+                            deadline=t_start + cfg.timeout_s)
+    try:
+        while len(rows) < cfg.num_tasks:
+            row = next(made, None)
+            if row is None:
+                break
+            rows.append(row)
+    finally:
+        made.close()  # removes the temporary copy now, not when the generator is collected
+    st["seconds"] = round(time.monotonic() - t_start, 2)
+    return rows
+
+
+def iter_synthesized(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_args: Iterable[str] = (),
+                     stats: Optional[dict] = None, log: Optional[Callable[[str], None]] = None,
+                     exclude_patches: Collection[str] = (), resume: Sequence[str] = (),
+                     deadline: Optional[float] = None) -> Iterator[dict]:
+    """Validated bug rows from the Python repository at ``repo_path``, one at a time, in the
+    seeded try order, until the candidate mutations run out (or ``cfg.max_candidates`` were
+    tried, or ``deadline`` passed).
+
+    The repository is copied to a temporary directory (removed when the generator ends, is
+    closed or is collected) and its suite run twice there; a mutation is kept when some reliably
+    passing test breaks and some still pass. A mutation whose patch (or instance id) is one
+    already yielded or in ``exclude_patches`` is passed over without a test run.
+
+    ``resume``: the patches of the rows an earlier run with the same repository content and
+    settings yielded first, in order. Their candidates, and every candidate before the last of
+    them, are passed over without a test run (counted as tried and kept as that run counted
+    them), so the rows that come next are the ones that run would have yielded next. SynthError
+    when they are not found in order among the candidates (rows of another version of the
+    mutators).
+
+    ``deadline`` (a ``time.monotonic()`` value): no test run starts after it, and the baseline
+    runs end by it; None (a stream): no overall bound, a baseline run is bounded by
+    ``cfg.timeout_s`` and a mutated run by the per-run limit. ``stats`` (if given) holds the
+    counters of ``synthesize`` and ``replayed`` (candidates passed over while resuming).
+    """
+    seed, python = cfg.seed, cfg.python or None
     max_candidates = cfg.max_candidates or None
     t_start = time.monotonic()
-    deadline = t_start + cfg.timeout_s
     repo = Path(repo_path).resolve()
     if not repo.is_dir():
         raise SynthError(f"not a directory: {repo}")
     say = log or (lambda msg: None)
     test_args = list(test_args)
     st = stats if stats is not None else {}
-    st.update(candidates=0, tried=0, kept=0, seconds=0.0, baseline_passed=0, rejected={})
-    rows: list[dict] = []
+    st.update(candidates=0, tried=0, kept=0, seconds=0.0, baseline_passed=0, rejected={}, replayed=0)
+
+    def baseline_limit_s() -> float:
+        return cfg.timeout_s if deadline is None else deadline - time.monotonic()
+
     with tempfile.TemporaryDirectory(prefix="swerve-synth-") as tmp:
         work = Path(tmp) / repo.name
         _copy_repo(repo, work)
 
         # -- baseline: two clean runs; only tests passing in both are trusted
-        base = run_pytest(work, deadline - time.monotonic(), python=python, extra_args=test_args)
+        base = run_pytest(work, baseline_limit_s(), python=python, extra_args=test_args)
         if base.timed_out:
             raise SynthError(f"baseline test run timed out after {base.seconds:.0f}s")
-        base2 = run_pytest(work, deadline - time.monotonic(), python=python, extra_args=test_args)
+        base2 = run_pytest(work, baseline_limit_s(), python=python, extra_args=test_args)
         passing = base.passed & base2.passed
         st["baseline_passed"] = len(passing)
         if len(passing) < 2:
@@ -190,15 +246,21 @@ def synthesize(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_args: Ite
         mutations = _order(discover_mutations(work, seed=seed, families=cfg.families or None), seed)
         st["candidates"] = len(mutations)
         say(f"{len(mutations)} candidate mutations")
-        seen_patches: set[str] = set()
+        seen_patches: set[str] = set(exclude_patches)
+        seen_ids = {_digest(patch) for patch in seen_patches}
+        replayed = 0  # how many of `resume` were found so far
         originals: dict[str, str] = {}
         for mut in mutations:
-            if len(rows) >= n or (max_candidates is not None and st["tried"] >= max_candidates):
+            if max_candidates is not None and st["tried"] >= max_candidates:
                 break
-            remaining = deadline - time.monotonic()
-            if remaining < min(run_limit, base_secs + 2.0):
-                say("time budget exhausted")
-                break
+            replaying = replayed < len(resume)
+            timeout_s = run_limit
+            if deadline is not None and not replaying:
+                remaining = deadline - time.monotonic()
+                if remaining < min(run_limit, base_secs + 2.0):
+                    say("time budget exhausted")
+                    break
+                timeout_s = min(run_limit, remaining)
             path = work / mut.file
             if mut.file not in originals:
                 original = _read(path)
@@ -206,11 +268,23 @@ def synthesize(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_args: Ite
                     continue
                 originals[mut.file] = original
             original = originals[mut.file]
+            # The patch is known before the run: a duplicate (or held-out) bug costs no run.
+            patch = make_patch(mut.file, original, mut.new_text)
+            digest = _digest(patch)
+            if patch in seen_patches or digest in seen_ids:
+                continue
             st["tried"] += 1
+            if replaying:
+                st["replayed"] += 1
+                if patch == resume[replayed]:
+                    replayed += 1
+                    seen_patches.add(patch)
+                    seen_ids.add(digest)
+                    st["kept"] += 1
+                continue
             _write(path, mut.new_text)
             try:
-                run = run_pytest(work, min(run_limit, remaining), python=python,
-                                 extra_args=test_args)
+                run = run_pytest(work, timeout_s, python=python, extra_args=test_args)
             finally:
                 _write(path, original)
             reason = None
@@ -227,21 +301,30 @@ def synthesize(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_args: Ite
             if reason:
                 st["rejected"][reason] = st["rejected"].get(reason, 0) + 1
                 continue
-            patch = make_patch(mut.file, original, mut.new_text)
-            if patch in seen_patches:
-                continue
             seen_patches.add(patch)
-            rows.append(_row(repo, mut, patch, sorted(broken), sorted(still), run, cfg))
-            st["kept"] = len(rows)
-            say(f"kept {rows[-1]['instance_id']} {mut.family} {mut.file}:{mut.lineno} "
+            seen_ids.add(digest)
+            row = _row(repo, mut, patch, sorted(broken), sorted(still), run, cfg)
+            st["kept"] += 1
+            st["seconds"] = round(time.monotonic() - t_start, 2)
+            say(f"kept {row['instance_id']} {mut.family} {mut.file}:{mut.lineno} "
                 f"F2P={len(broken)} P2P={len(still)}")
+            yield row
+        if replayed < len(resume):
+            raise SynthError(
+                f"cannot resume: {len(resume) - replayed} of the {len(resume)} rows already made are not "
+                f"among this repository's candidate mutations, in order (made by another version of "
+                f"envs/synth?)")
     st["seconds"] = round(time.monotonic() - t_start, 2)
-    return rows
+
+
+def _digest(patch: str) -> str:
+    """What names a row (its instance id is ``<repo name>.<digest>``)."""
+    return hashlib.sha1(patch.encode("utf-8")).hexdigest()[:8]
 
 
 def _row(repo: Path, mut: Mutation, patch: str, f2p: list[str], p2p_all: list[str],
          run: PytestRun, cfg: SynthConfig) -> dict:
-    digest = hashlib.sha1(patch.encode("utf-8")).hexdigest()[:8]
+    digest = _digest(patch)
     p2p = p2p_all
     if len(p2p) > cfg.max_p2p:
         p2p = sorted(random.Random(f"p2p:{cfg.seed}:{digest}").sample(p2p, cfg.max_p2p))
