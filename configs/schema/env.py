@@ -91,3 +91,6 @@ class TasksConfig:
     # ahead of the training run's demand, in the background.
     synth: SynthConfig = field(default_factory=SynthConfig)
     stream_lookahead: int = 8
+    # Row files (`swerve tasks synth --out`) of a repository's held-out tasks: their bugs are never
+    # handed out by its stream (compared by patch), so they can evaluate what RL on it learned.
+    stream_held_out: List[str] = field(default_factory=list)

@@ -146,6 +146,8 @@ def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Tas
         pass_to_pass=test_list(row, "PASS_TO_PASS"),
         gold_patch=reverse_patch(bug_patch),
         stratum=optional_str(row, "stratum") or "unknown",
+        # The mutation's kind (`swerve tasks synth` writes it): what a fresh task shares with others.
+        family=optional_str(row, "family"),
         split=row_split(row),
         source=FORMAT,
         **path_globs(row),
