@@ -245,3 +245,19 @@ def test_a_stream_ends_when_its_mutations_run_out(tmp_path):
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="lookahead is 0"):
         SynthStream(".", CFG, lookahead=0)
+
+
+def test_a_run_config_keeps_held_out_rows_out_of_its_repository_stream(tmp_path):
+    from configs.schema import TasksConfig
+    from envs.loaders import open_stream
+
+    repo = write_repo(tmp_path, "tally", {"tally/__init__.py": "", "tally/core.py": CORE, "tests/test_core.py": CORE_TESTS})
+    rows = tmp_path / "held_out.jsonl"
+    rows.write_text('{"instance_id": "held.1", "patch": "--- a/x\\n+++ b/x\\n"}\n')
+    stream = open_stream(TasksConfig(source=str(repo), format="synth", split="stream", stream_seed=3,
+                                     stream_held_out=[str(rows)]))
+    assert isinstance(stream, SynthStream) and stream.cfg.seed == 3
+    assert stream.exclude_patches == {"--- a/x\n+++ b/x\n"}
+    rows.write_text('{"instance_id": "held.2"}\n')
+    with pytest.raises(ValueError, match="stream_held_out.*not a SWE-smith row with a patch"):
+        open_stream(TasksConfig(source=str(repo), format="synth", split="stream", stream_held_out=[str(rows)]))
