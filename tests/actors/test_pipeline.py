@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from actors.cli import main
 from actors.pipeline import (MARKER, NOT_FINGERPRINTED, STARTED, UNREAD_BY_STAGE, flat_config, plan_stages,
@@ -72,7 +73,6 @@ def test_pipeline_writes_summary_predictions_and_curve(story):
         assert summary[delta]["ci95_low"] <= summary[delta]["delta"] <= summary[delta]["ci95_high"]
     assert set(summary["pass_at_1_ci95"]) == {"base", "sft", "rl"}
     # The RL stage trained on the training tasks without an expert trace.
-    import yaml
 
     from envs.loaders import load_tasks
 
@@ -184,6 +184,25 @@ def test_pipeline_killed_during_rl_resumes_from_its_checkpoint(ray_session, swer
     assert (root / "rl" / MARKER).is_file() and (root / "rl" / "policy" / "config.json").is_file()
     summary = json.loads((root / "summary.json").read_text())
     assert summary["stages"] == ["rl"] and summary["rl_pass_at_1"] == json.loads((root / "rl" / MARKER).read_text())["pass@1"]
+
+
+@pytest.mark.slow  # an RL stage with an eval along the way
+def test_the_rl_stage_on_the_stream_is_evaluated_along_the_way(ray_session, swerve_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "tasks"))
+    args = story_args(tmp_path, swerve_cache, "curve", "pipeline.stages=[sft,rl]", "tasks.source=micro",
+                      "pipeline.rl_tasks=stream", "trainer.total_steps=2", "pipeline.rl_eval_steps=[1]")
+    assert main(["pipeline", *args]) == 0
+    root = tmp_path / "curve"
+    rl_config = yaml.safe_load((root / "rl" / "config.yaml").read_text())["tasks"]
+    assert (rl_config["split"], rl_config["ids"]) == ("stream", [])
+    trained = [json.loads(line)["task_id"] for f in (root / "rl" / "trajectories").glob("*.jsonl")
+               for line in f.read_text().splitlines()]
+    assert trained and all(t.startswith("micro-stream-") for t in trained)
+    assert (root / "rl" / "at-step-1" / "eval.json").is_file() and (root / "rl_curve.png").is_file()
+    curve = json.loads((root / "summary.json").read_text())["rl_curve"]
+    assert [p["step"] for p in curve] == [1, 2] and all("minus_sft" in p for p in curve)
+    events = [json.loads(line)["event"] for line in (root / "rl" / "events.jsonl").read_text().splitlines()]
+    assert events == ["start", "done", "resume", "done"]  # the second segment went on from the first's end
 
 
 # -- which stages a re-run skips (no Ray: markers written by hand) ----------------------------
