@@ -27,7 +27,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Union
 from configs.schema import TasksConfig
 from envs.grader import GradeResult
 from envs.cache import cache_root
-from envs.loaders import NAMED_SOURCES, load_tasks, open_stream
+from envs.loaders import NAMED_SOURCES, load_tasks
+from envs.stream_sources import open_stream
 from envs.outcomes import InfraError
 from envs.pristine_view import grade_on_pristine
 from envs.sandbox import Sandbox

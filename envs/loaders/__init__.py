@@ -29,9 +29,8 @@ from configs.schema import TasksConfig
 from envs import micro
 from envs.builtin import suite
 from envs.loaders import harbor, swebench, swesmith
-from envs.loaders.common import read_rows, sniff_keys
-from envs.micro_stream import MicroStream
-from envs.stream import STREAM_SPLIT, TaskStream
+from envs.loaders.common import sniff_keys
+from envs.stream import STREAM_SPLIT
 from envs.tasks import ALL_SPLITS, DEFAULT_SPLIT, Task, TaskSet
 
 log = logging.getLogger(__name__)
@@ -138,28 +137,3 @@ def load_tasks(source: str = "builtin", split: str = DEFAULT_SPLIT, ids: Sequenc
         log.warning("%s: loaded %d tasks, skipped %d malformed rows (first: %s)",
                     source, len(task_set.tasks), len(task_set.skipped), first)
     return task_set.tasks
-
-
-def open_stream(cfg: TasksConfig) -> TaskStream:
-    """The endless stream of fresh tasks of `cfg.source` (tasks.split=stream, envs/stream.py)."""
-    if cfg.source == "micro":
-        return MicroStream(cfg.stream_seed)
-    if cfg.format == SYNTH_FORMAT:
-        from envs.synth.stream import SynthStream  # runs pytest in the background: only when asked for
-
-        return SynthStream(cfg.source, replace(cfg.synth, seed=cfg.stream_seed), lookahead=cfg.stream_lookahead,
-                           exclude_patches=_held_out_patches(cfg.stream_held_out))
-    raise ValueError(f"tasks.source={cfg.source!r} has no stream: tasks.split={STREAM_SPLIT} needs tasks.source=micro, "
-                     f"or a local Python repository with tasks.format={SYNTH_FORMAT}")
-
-
-def _held_out_patches(paths: Sequence[str]) -> list[str]:
-    """The bug patches of held-out SWE-smith rows (tasks.stream_held_out): a row without one is an
-    error naming it, since a held-out task the stream could hand out would leak into training."""
-    patches = []
-    for path in paths:
-        for where, row in read_rows(Path(path).expanduser()):
-            if not isinstance(row, dict) or not isinstance(row.get("patch"), str) or not row["patch"]:
-                raise ValueError(f"tasks.stream_held_out: {path} ({where}) is not a SWE-smith row with a patch")
-            patches.append(row["patch"])
-    return patches

@@ -6,7 +6,8 @@ import pytest
 
 from configs.schema import SWEEnvConfig, TasksConfig
 from envs import micro
-from envs.loaders import load_tasks, open_stream
+from envs.loaders import load_tasks
+from envs.stream_sources import open_stream
 from envs.micro_stream import MicroStream
 from envs.stream import STREAM_SPLIT
 from envs.validate import OK, trainable_tasks, validate_task

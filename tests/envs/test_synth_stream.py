@@ -249,7 +249,7 @@ def test_settings_are_checked():
 
 def test_a_run_config_keeps_held_out_rows_out_of_its_repository_stream(tmp_path):
     from configs.schema import TasksConfig
-    from envs.loaders import open_stream
+    from envs.stream_sources import open_stream
 
     repo = write_repo(tmp_path, "tally", {"tally/__init__.py": "", "tally/core.py": CORE, "tests/test_core.py": CORE_TESTS})
     rows = tmp_path / "held_out.jsonl"

@@ -6,6 +6,7 @@ import glob
 import json
 import logging
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,29 @@ def test_tensorboard_holds_every_step_metric_and_the_eval_curve(logged):
     assert SECRET.encode() not in raw and b"hparams" in raw  # the hyperparameters plugin's record
 
 
+def finished_records(path: str, timeout_s: float = 120.0) -> list:
+    """The records of an offline run once W&B's service has written its last one (the exit record):
+    the service writes the file in its own process and may still be at it when finish() returns."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = wandb_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            return records
+        if time.monotonic() > deadline:
+            internal = Path(path).parent / "logs" / "debug-internal.log"
+            tail = internal.read_text()[-3000:] if internal.exists() else "(no debug-internal.log)"
+            raise AssertionError(f"{path} has no exit record after {timeout_s:.0f} s: "
+                                 f"{[r.WhichOneof('record_type') for r in records]}\n{tail}")
+        time.sleep(0.5)
+
+
 def test_an_offline_wandb_run_holds_the_steps_config_and_eval_summary(logged):
     (path,) = glob.glob(str(logged / "wandb" / "offline-run-*" / "run-*.wandb"))
-    records = wandb_records(path)
+    records = finished_records(path)
     history = [{_item_key(i): json.loads(i.value_json) for i in r.history.item}
                for r in records if r.WhichOneof("record_type") == "history"]
-    assert [(h["_step"], h["reward_mean"]) for h in history] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    kinds = [r.WhichOneof("record_type") for r in records]
+    assert [(h["_step"], h["reward_mean"]) for h in history] == [(1, 0.1), (2, 0.2), (3, 0.3)], kinds
     assert all(h["infra_error_by_source/engine"] == 0.5 for h in history)
     config = {_item_key(i): json.loads(i.value_json) for r in records if r.WhichOneof("record_type") == "run"
               for i in r.run.config.update}
