@@ -31,6 +31,10 @@ COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "in
             "filtered_uniform")
 
 
+def _mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
 class AccountingError(RuntimeError):
     """The books do not balance, or a trajectory would be counted or trained twice: the run stops."""
 
@@ -79,6 +83,9 @@ class SampleCollector(WorkSource):
         self._groups_informative = 0
         # Rewards of the most recent scored trajectories: the policy's running train pass rate.
         self._recent_rewards: deque[float] = deque(maxlen=cfg.pass_rate_window)
+        # The same for groups admitted at random (task_picker.admitted_at_random): the curriculum
+        # prefers tasks near a 1/2 pass rate, so only these measure the policy on the task mix.
+        self._random_rewards: deque[float] = deque(maxlen=cfg.pass_rate_window)
 
     # -- admission ---------------------------------------------------------------------
     def _capacity_groups(self) -> int:
@@ -166,7 +173,10 @@ class SampleCollector(WorkSource):
             rewards = [t.reward for t in group.members.values()]
             self._groups_finished += 1
             self._groups_informative += int(len(set(rewards)) > 1)
-            self.picker.observe(self.table.index_of(group.task_id), rewards, self.version)
+            index = self.table.index_of(group.task_id)
+            if self.picker.admitted_at_random(index):
+                self._random_rewards.extend(rewards)
+            self.picker.observe(index, rewards, self.version)
 
     def _quarantine(self, group: _Group, reason: str) -> None:
         self.quarantined_tasks[group.task_id] = reason
@@ -247,8 +257,8 @@ class SampleCollector(WorkSource):
             "advantage_std": (sum((a - mean) ** 2 for a in advantages) / len(advantages)) ** 0.5 if advantages else None,
             "informative_group_fraction": informative / finished if finished else None,
             "groups_finished": finished,
-            "train_pass_rate": (sum(self._recent_rewards) / len(self._recent_rewards)
-                                if self._recent_rewards else None),
+            "train_pass_rate": _mean(self._recent_rewards),
+            "pass_rate_at_random": _mean(self._random_rewards),
         }
 
     def _advantages(self, trajs: list[Trajectory]) -> list[float]:
@@ -273,7 +283,7 @@ class SampleCollector(WorkSource):
             "groups_filtered": self.groups_filtered,
             "quarantined_tasks": dict(self.quarantined_tasks), "rng": self._rng.getstate(),
             "picker": self.picker.snapshot(), "readmitted": self.readmitted,
-            "recent_rewards": list(self._recent_rewards),
+            "recent_rewards": list(self._recent_rewards), "random_rewards": list(self._random_rewards),
             "groups": [{"group_id": g.group_id, "task_id": g.task_id, "admitted_version": g.admitted_version,
                         "size": g.size, "dead": g.dead, "members": dict(g.members)} for g in self._groups.values()],
             "pending": [item(w) for w in self._pending],
@@ -296,6 +306,7 @@ class SampleCollector(WorkSource):
         # Checkpoints from before task pickers held the uniform order at the top level.
         self.picker.restore(state.get("picker") or {"order": state["order"], "cursor": state["cursor"]})
         self._recent_rewards.extend(state.get("recent_rewards", []))
+        self._random_rewards.extend(state.get("random_rewards", []))
         self._trained_keys = {tuple(k) for k in state["trained_keys"]}
         self._groups = {}
         for g in state["groups"]:

@@ -49,6 +49,10 @@ class TaskPicker(Protocol):
     def stream_ran_dry(self) -> bool:
         """A stream that ended and whose every task was offered (always False for a list)."""
 
+    def admitted_at_random(self, index: int) -> bool:
+        """Whether task `index`'s latest admission ignored every estimate: the groups that
+        measure the policy without the curriculum's bias (the collector's pass_rate_at_random)."""
+
     def snapshot(self) -> dict: ...
 
     def restore(self, state: dict) -> None: ...
@@ -83,6 +87,9 @@ class UniformPicker:
 
     def observe(self, index: int, rewards: list[float], version: int) -> None:
         """Uniform admission ignores outcomes."""
+
+    def admitted_at_random(self, index: int) -> bool:
+        return True
 
     def stream_ran_dry(self) -> bool:
         ready = self.table.ready()
@@ -122,6 +129,7 @@ class PassRatePicker:
         self.at_random = 0  # of the explored: chosen at random (explore_fraction), not by kind
         self.passed_over = 0  # stream tasks offered and not taken (their kind gave little gradient)
         self.tasks_seen = 0  # tasks whose first group finished
+        self._at_random: set[int] = set()  # tasks whose latest admission was at random
 
     # -- estimates ---------------------------------------------------------------------
     def _factor(self, since: int, version: int) -> float:
@@ -172,8 +180,7 @@ class PassRatePicker:
         seen = [i for i in free if i in self._counts]
         fresh = [i for i in seen if self._last_admitted.get(i, -1) < version]
         if unseen and self._rng.random() < self.explore_fraction:
-            self.at_random += 1
-            return self._take(self._rng.choice(unseen), version, explored=True)
+            return self._take(self._rng.choice(unseen), version, explored=True, at_random=True)
         new = self._by_kind(unseen, version) if unseen else None
         if fresh:
             index, score = self._best(fresh, version)
@@ -208,8 +215,7 @@ class PassRatePicker:
             if index in excluded:
                 continue
             if explore or self._rng.random() <= (self.kind_value(self.table.kind(index), version) / best) ** SHARPNESS:
-                self.at_random += int(explore)
-                return self._take(index, version, explored=True)
+                return self._take(index, version, explored=True, at_random=explore)
             self.passed_over += 1
         return self._take(self._next_fresh - 1, version, explored=True)
 
@@ -224,13 +230,21 @@ class PassRatePicker:
         best = max(scores.values())
         return self._rng.choice([i for i, s in scores.items() if s == best]), best
 
-    def _take(self, index: int, version: int, explored: bool) -> int:
+    def _take(self, index: int, version: int, explored: bool, at_random: bool = False) -> int:
         self._last_admitted[index] = version
+        if at_random:
+            self.at_random += 1
+            self._at_random.add(index)
+        else:
+            self._at_random.discard(index)
         if explored:
             self.explored += 1
         else:
             self.exploited += 1
         return index
+
+    def admitted_at_random(self, index: int) -> bool:
+        return index in self._at_random
 
     def observe(self, index: int, rewards: list[float], version: int) -> None:
         if not rewards:
@@ -245,6 +259,7 @@ class PassRatePicker:
         if self.table.endless:
             # A stream task is never offered again: no per-task evidence to keep.
             self._last_admitted.pop(index, None)
+            self._at_random.discard(index)
             return
         s, a = self._decayed(index, version) if index in self._counts else (0.0, 0.0)
         self._counts[index] = [s + successes, a + len(rewards), version]
@@ -265,7 +280,8 @@ class PassRatePicker:
                 "kinds": {k: list(v) for k, v in self._kinds.items()},
                 "last_admitted": {str(k): v for k, v in self._last_admitted.items()},
                 "next_fresh": self._next_fresh, "explored": self.explored, "exploited": self.exploited,
-                "at_random": self.at_random, "passed_over": self.passed_over, "tasks_seen": self.tasks_seen}
+                "at_random": self.at_random, "passed_over": self.passed_over, "tasks_seen": self.tasks_seen,
+                "at_random_tasks": sorted(self._at_random)}
 
     def restore(self, state: dict) -> None:
         self._counts = {int(k): list(v) for k, v in state["counts"].items()}
@@ -275,6 +291,7 @@ class PassRatePicker:
         self.explored, self.exploited = state["explored"], state["exploited"]
         self.at_random, self.passed_over = state["at_random"], state["passed_over"]
         self.tasks_seen = state["tasks_seen"]
+        self._at_random = set(state.get("at_random_tasks", []))  # absent from snapshots before it existed
 
 
 def make_picker(selection: str, table: TaskTable, rng: random.Random, group_size: int,

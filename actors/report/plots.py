@@ -26,8 +26,10 @@ def write_plots(rows: Sequence[dict], out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, _series(rows, "resolved_rate"), marker="o", label="resolved rate")
     ax.plot(steps, _series(rows, "reward_mean"), marker="s", label="reward mean (trained)")
-    # On a stream every task is new: the running pass rate is a live held-out estimate.
+    # On a stream every task is new, so both are live held-out estimates; the curriculum prefers
+    # kinds near a 1/2 pass rate, so only the groups admitted at random measure the whole task mix.
     ax.plot(steps, _series(rows, "train_pass_rate"), marker="^", label="train pass rate (running)")
+    ax.plot(steps, _series(rows, "pass_rate_at_random"), marker="v", label="pass rate, admitted at random")
     ax.set(xlabel="step", ylabel="rate", ylim=(-0.05, 1.05), title="Resolved rate and reward")
     ax.legend()
     paths.append(_save(fig, out_dir / "reward.png"))

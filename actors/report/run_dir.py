@@ -25,7 +25,7 @@ METRIC_NAMES = (
     # Is RL learning? (README, "Is it learning?")
     "entropy_mean", "logprob_mismatch_mean", "mismatch_kl", "behavior_kl", "ratio_mean", "ratio_max",
     "clip_fraction", "tis_mean", "grad_norm", "lr", "advantage_std", "informative_group_fraction",
-    "train_pass_rate",
+    "train_pass_rate", "pass_rate_at_random",
     # Is the run safe? (README, "Restarts")
     "time_checkpoint_s", "checkpoint_overhead_fraction", "restarts_collector", "restarts_trainer",
     "restarts_engine", "restarts_episode",

@@ -174,11 +174,11 @@ def stream_collector(stream, explore_fraction=0.1):
     return SampleCollector(cfg, stream, [], seed=0)
 
 
-def run_stream_group(c, rng):
+def run_stream_group(c, rng, family_rate=FAMILY_RATE):
     items = []
     while len(items) < 4 and (item := c.acquire()) not in (None, STOP):
         items.append(item)
-    rate = FAMILY_RATE[items[0].task.family]
+    rate = family_rate[items[0].task.family]
     for item in items:
         solved = rng.random() < rate
         c.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
@@ -203,6 +203,27 @@ def test_on_a_stream_every_group_is_a_new_task_and_the_family_near_one_half_is_p
     assert admission["groups_explored"] == 120 and admission["groups_by_pass_rate"] == 0
     assert admission["stream_passed_over"] > 0 and admission["tasks_seen"] == 120
     assert admission["kinds"]["operator/easy"]["value"] > admission["kinds"]["compare/easy"]["value"]
+
+
+def test_groups_admitted_at_random_measure_the_streams_own_mix_which_the_curriculum_does_not(stream):
+    # Every family but operator is always solved: the stream's mix passes 90%, but the picker
+    # spends its groups on operator (the only one with a gradient), so train_pass_rate is lower.
+    rates = {**{f: 1.0 for f in FAMILY_RATE}, "operator": 0.5}
+    c, rng = stream_collector(stream, explore_fraction=0.3), random.Random(3)
+    stats = []
+    for _ in range(150):
+        run_stream_group(c, rng, rates)
+        stats.append(c.last_batch_stats)
+    at_random, running = stats[-1]["pass_rate_at_random"], stats[-1]["train_pass_rate"]
+    assert at_random >= 0.8 and running <= at_random - 0.15, (at_random, running)
+    restored = stream_collector(stream, explore_fraction=0.3)
+    restored.restore(c.snapshot())
+    assert restored.snapshot()["random_rewards"] == c.snapshot()["random_rewards"]
+    # Uniform admission ignores estimates: every group counts as at random.
+    u = SampleCollector(RolloutConfig(groups_per_batch=1, group_size=4, max_staleness=0), stream, [], seed=0)
+    for _ in range(5):
+        run_stream_group(u, rng, rates)
+    assert u.last_batch_stats["pass_rate_at_random"] == u.last_batch_stats["train_pass_rate"]
 
 
 def test_a_restarted_stream_collector_keeps_its_estimates_and_draws_no_task_twice(stream):
