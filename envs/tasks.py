@@ -16,6 +16,21 @@ DEFAULT_SPLIT = "train"
 
 
 @dataclass(frozen=True)
+class HiddenCase:
+    """One call the trusted grader makes on the fixed repository, never shown to the agent:
+    `module.function(*args)` must return `expected`. Both are JSON of plain values (null, bool,
+    int, float, str, lists, objects with str keys), compared by the host after the call, outside
+    the tested process: an object that compares equal to anything, or one that reads the expected
+    value from a test's frame, cannot pass (envs/hidden_cases.py)."""
+    # Dotted module importable from the workspace root, and a function defined in it.
+    module: str
+    function: str
+    # JSON text of the positional arguments (a list) and of the expected return value.
+    args_json: str
+    expected_json: str
+
+
+@dataclass(frozen=True)
 class Task:
     id: str
     repo: str
@@ -59,6 +74,9 @@ class Task:
     # Absolute folders outside the workspace that grading writes (Harbor's verifier: its tests
     # and its reward file); a container with a read-only root gets them as fresh tmpfs.
     scratch_dirs: tuple[str, ...] = ()
+    # Calls graded beside the tests, on swerve's own task families (micro, built-in, synthesized):
+    # never in the workspace, so no test, frame or file in the agent's reach holds their answers.
+    hidden_cases: tuple[HiddenCase, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,19 @@ class SWEEnvConfig:
     # A change to a protected path (envs/protection.py) scores 0 outright; false grades the
     # rest of the change. Either way the attempt records the paths (info["tampered"]).
     tamper_scores_zero: bool = True
+    # Bounds on what the agent can leave in its workspace for the system to read (the listing,
+    # the change's capture, the graded view). Beyond any of them the attempt is the agent's own
+    # outcome: unresolved, with the reason, never an infra error. Entries (files, folders, links)
+    # and folder depth the listing walks, bytes of one path:
+    listing_max_entries: int = 200_000
+    listing_max_depth: int = 128
+    max_path_bytes: int = 1024
+    # A changed file larger than this, more changed files than this, or more changed bytes in all
+    # than this: no fix needs them (SWE-bench's largest gold patches are ~100 kB), and reading
+    # them back would cost the host their size in memory (a sparse file is cheap to make).
+    max_file_bytes: int = 4 * 1024 * 1024
+    max_changed_files: int = 2000
+    max_change_bytes: int = 16 * 1024 * 1024
 
 
 @dataclass
