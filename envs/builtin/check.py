@@ -6,6 +6,10 @@
 A task is sound when its repository's pristine test suite passes, every FAIL_TO_PASS test fails
 with the injected line and every PASS_TO_PASS test passes with it. `--fill` lists as
 FAIL_TO_PASS every test the bug breaks and as PASS_TO_PASS every other test of the repository.
+
+A row's hidden calls (2 to 4; rows in HIDDEN_EXEMPT have none) must all give their expected values
+on the correct repository, and at least one must not on the buggy workspace: the hidden calls
+alone detect the bug.
 """
 from __future__ import annotations
 
@@ -16,11 +20,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, Iterator, List, Sequence
 
 from configs.schema import SWEEnvConfig
-from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE, _inject
+from envs.builtin.hidden import Outcome, run_calls
+from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE, _inject, expected_values, hidden_calls, suite_hash
+from envs.cache import cache_root
 from envs.pytest_summary import PASSED, PYTEST_COMMAND, suite_status
 
 # The labels tasks.json rows may carry (Task.family): the hand-written suite's own taxonomy of
@@ -36,6 +43,21 @@ FAMILIES = (
     "negation",  # a missing (or extra) `not`
     "wrong_expression",  # anything else
 )
+
+# Rows without hidden calls, and why: a hidden call is `module.function(*plain JSON args)` whose
+# return value is compared, so a bug reachable only through methods of objects (no module-level
+# function takes or returns plain values there), or one that only changes which exception is
+# raised, cannot be detected by one.
+HIDDEN_EXEMPT = {
+    **{f"inventory-{n:03d}": "Stack / Inventory methods only" for n in range(1, 6)},
+    **{f"intervals-{n:03d}": "Interval methods and merge() take and return Interval objects" for n in range(1, 4)},
+    **{f"vecmath-{n:03d}": "Vector / Matrix methods; angle_between takes Vector objects" for n in range(1, 9)},
+    **{f"moneykit-{n:03d}": "Money methods only (Money.parse returns a Money)" for n in range(1, 6)},
+    "datekit-004": "add_months, the only function the bug reaches, returns a tuple",
+    "datekit-009": "parse_duration then raises KeyError instead of ValueError on bad input; valid input is unchanged",
+    "confparse-001": "only the line number inside ParseError changes; parse() results are unchanged",
+}
+HIDDEN_CALLS_PER_TASK = range(2, 5)
 
 
 def run_tests(workspace: Path, node_ids: Sequence[str] = (),
@@ -63,12 +85,49 @@ def pristine_status(repo: str) -> Dict[str, str]:
         return run_tests(_copy_repo(repo, Path(tmp) / repo))
 
 
-def buggy_status(row: dict) -> Dict[str, str]:
+@contextmanager
+def buggy_workspace(row: dict) -> Iterator[Path]:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = _copy_repo(row["repo"], Path(tmp) / row["repo"])
         target = workspace / row["file"]
         target.write_text(_inject(target.read_text(), row["old"], row["new"], f"task {row['id']}"))
+        yield workspace
+
+
+def buggy_status(row: dict) -> Dict[str, str]:
+    with buggy_workspace(row) as workspace:
         return run_tests(workspace)
+
+
+def correct_outcomes(suite: dict) -> Dict[str, List[Outcome]]:
+    """task id -> its hidden calls' outcomes on the correct repository, run afresh (not cached);
+    one child interpreter per repository."""
+    outcomes: Dict[str, List[Outcome]] = {}
+    for repo in suite["repos"]:
+        rows = [row for row in suite["tasks"] if row["repo"] == repo and row.get("hidden")]
+        results = iter(run_calls(REPOS_DIR / repo, [call for row in rows for call in hidden_calls(row)]))
+        for row in rows:
+            outcomes[row["id"]] = [next(results) for _ in row["hidden"]]
+    return outcomes
+
+
+def hidden_problems(row: dict, expected: Sequence[str], correct: Sequence[Outcome],
+                    buggy: Sequence[Outcome]) -> List[str]:
+    """Why the row's hidden calls are unsound: a wrong count, a correct-repository result other
+    than the expected value, or no call that the bug changes."""
+    calls = [entry["call"] for entry in row.get("hidden", [])]
+    if row["id"] in HIDDEN_EXEMPT:
+        return [f"exempt from hidden calls ({HIDDEN_EXEMPT[row['id']]}) but has {len(calls)}"] if calls else []
+    if len(calls) not in HIDDEN_CALLS_PER_TASK:
+        return [f"needs {HIDDEN_CALLS_PER_TASK.start} to {HIDDEN_CALLS_PER_TASK.stop - 1} hidden calls, has {len(calls)}"]
+    problems = [
+        f"hidden call #{index} {call}: {outcome.get('error') or outcome['result']} on the correct repository, expected {want}"
+        for index, (call, want, outcome) in enumerate(zip(calls, expected, correct, strict=True))
+        if outcome.get("result") != want
+    ]
+    if all(outcome.get("result") == want for want, outcome in zip(expected, buggy, strict=True)):
+        problems.append(f"no hidden call detects the bug: all {len(calls)} give the expected value on the buggy workspace")
+    return problems
 
 
 def row_problems(row: dict, pristine: Dict[str, str], buggy: Dict[str, str]) -> List[str]:
@@ -109,6 +168,9 @@ def main(argv: Sequence[str] = ()) -> int:
     args = parser.parse_args(argv)
     suite = json.loads(TASKS_FILE.read_text())
     pristine = {repo: pristine_status(repo) for repo in suite["repos"]}
+    # What loading gives the grader (cached), against a fresh run on the correct repositories.
+    expected = expected_values(suite, cache_root() / "tasks" / suite_hash())
+    correct = correct_outcomes(suite)
     failures = 0
     for repo, status in pristine.items():
         broken = sorted(node_id for node_id, word in status.items() if word != PASSED)
@@ -117,13 +179,16 @@ def main(argv: Sequence[str] = ()) -> int:
             print(f"{repo}: pristine tests do not pass: {broken}")
     changed = False
     for row in suite["tasks"]:
-        buggy = buggy_status(row)
+        with buggy_workspace(row) as workspace:
+            buggy = run_tests(workspace)
+            buggy_hidden = run_calls(workspace, hidden_calls(row)) if row.get("hidden") else []
         if args.fill and not row.get("fail_to_pass"):
             good = pristine[row["repo"]]
             row["fail_to_pass"] = sorted(n for n in good if good[n] == PASSED and buggy.get(n) != PASSED)
             row["pass_to_pass"] = sorted(n for n in good if good[n] == PASSED and buggy.get(n) == PASSED)
             changed = True
         problems = row_problems(row, pristine[row["repo"]], buggy)
+        problems += hidden_problems(row, expected.get(row["id"], []), correct.get(row["id"], []), buggy_hidden)
         failures += bool(problems)
         for problem in problems:
             print(f"{row['id']}: {problem}")

@@ -4,19 +4,27 @@
 `repos/`: the line `old` (correct) becomes `new` (buggy). Workspaces live under
 `~/.cache/swerve/tasks/<content-hash>/<task id>/` ($SWERVE_CACHE_DIR instead of ~/.cache/swerve
 when set), so editing the suite never reuses stale ones.
+
+A row's `hidden` lists calls `{"call": "<dotted.module>:<function>", "args": [...]}` graded
+beside the tests (Task.hidden_cases); their expected values are computed by running them on the
+correct repository (envs/builtin/hidden.py), never written in tasks.json, so they cannot drift
+from the code. They are cached beside the workspaces, under the same content hash.
 """
 from __future__ import annotations
 
 import difflib
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
+from envs.builtin.hidden import RUNNER_DIGEST, Call, parse_call, run_calls
 from envs.cache import build_dir_once, cache_root
 from envs.pytest_summary import PYTEST_COMMAND
-from envs.tasks import Task
+from envs.tasks import HiddenCase, Task
 
 SUITE_DIR = Path(__file__).resolve().parent
 REPOS_DIR = SUITE_DIR / "repos"
@@ -82,6 +90,58 @@ def _check_repos(suite: dict) -> None:
             raise ValueError(f"{TASKS_FILE}: repository {name!r} has split {meta.get('split')!r}; allowed: {list(SPLITS)}")
 
 
+def hidden_calls(row: dict) -> List[Call]:
+    """The row's hidden calls as (module, function, args); [] for a row without any."""
+    calls = []
+    for entry in row.get("hidden", []):
+        if set(entry) != {"call", "args"} or not isinstance(entry["args"], list):
+            raise ValueError(f"task {row['id']}: a hidden call is {{'call': 'module:function', 'args': [...]}}, got {entry!r}")
+        calls.append((*parse_call(entry["call"]), entry["args"]))
+    return calls
+
+
+def compute_expected(suite: dict) -> Dict[str, List[str]]:
+    """task id -> the JSON text each hidden call returns on the correct repository; one child
+    interpreter per repository. A call that raises or returns a non-plain value is an error."""
+    expected: Dict[str, List[str]] = {}
+    for repo in suite["repos"]:
+        rows = [row for row in suite["tasks"] if row["repo"] == repo and row.get("hidden")]
+        calls = [(row["id"], call) for row in rows for call in hidden_calls(row)]
+        outcomes = run_calls(REPOS_DIR / repo, [call for _, call in calls])
+        for (task_id, (module, function, args)), outcome in zip(calls, outcomes):
+            if "error" in outcome:
+                raise ValueError(f"task {task_id}: hidden call {module}:{function}(*{json.dumps(args)}) on the "
+                                 f"correct repository {repo}: {outcome['error']}")
+            expected.setdefault(task_id, []).append(outcome["result"])
+    return expected
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # A concurrent loader reads either no file or a whole one.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    with os.fdopen(handle, "w") as stream:
+        stream.write(text)
+    os.replace(staging, path)
+
+
+def expected_values(suite: dict, root: Path) -> Dict[str, List[str]]:
+    """compute_expected, cached in `root` (the suite hash's folder) per version of the runner."""
+    path = root / f"hidden-expected-{RUNNER_DIGEST}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    expected = compute_expected(suite)
+    _write_atomically(path, json.dumps(expected, indent=1, sort_keys=True))
+    return expected
+
+
+def _hidden_cases(row: dict, expected: Sequence[str]) -> tuple[HiddenCase, ...]:
+    return tuple(
+        HiddenCase(module=module, function=function, args_json=json.dumps(args), expected_json=result)
+        for (module, function, args), result in zip(hidden_calls(row), expected, strict=True)
+    )
+
+
 def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] = None) -> List[Task]:
     """The tasks of one split; workspaces under `cache_dir` (None: envs.cache.cache_root())."""
     if split not in SPLITS:
@@ -89,6 +149,7 @@ def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] =
     suite = json.loads(TASKS_FILE.read_text())
     _check_repos(suite)
     root = (Path(cache_dir).expanduser() if cache_dir else cache_root()) / "tasks" / suite_hash()
+    expected = expected_values(suite, root)
     tasks = []
     for row in suite["tasks"]:
         if suite["repos"][row["repo"]]["split"] != split or (ids and row["id"] not in ids):
@@ -118,6 +179,7 @@ def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] =
                 split=split,
                 source="builtin",
                 family=row.get("family", ""),
+                hidden_cases=_hidden_cases(row, expected.get(row["id"], [])),
             )
         )
     return tasks
