@@ -15,8 +15,10 @@ from collections import Counter
 
 import pytest
 
-from envs.builtin.check import FAMILIES, PASSED, run_tests
-from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE
+from envs.builtin import suite as builtin_suite
+from envs.builtin.check import FAMILIES, HIDDEN_CALLS_PER_TASK, HIDDEN_EXEMPT, PASSED, hidden_problems, run_tests
+from envs.builtin.hidden import run_calls
+from envs.builtin.suite import _IGNORED, REPOS_DIR, TASKS_FILE, load_builtin
 from envs.loaders import load_tasks
 
 SUITE = json.loads(TASKS_FILE.read_text())
@@ -88,6 +90,130 @@ def test_problem_statement_reads_like_an_issue(task):
     names = _function_names(ROWS[task.id])
     assert names and any(name in text for name in names), (names, title)
     assert re.search(r"`[^`]+`", text), "concrete values or calls in backticks"
+
+
+def _is_plain(value):
+    """Plain JSON by exact type: a bool is an int to isinstance, a tuple would dump as a list."""
+    kind = type(value)
+    if kind is list:
+        return all(_is_plain(item) for item in value)
+    if kind is dict:
+        return all(type(key) is str and _is_plain(item) for key, item in value.items())
+    return kind in (int, float, str, bool, type(None))
+
+
+def test_every_task_has_hidden_cases_or_is_exempt_with_a_reason():
+    assert set(HIDDEN_EXEMPT) <= set(ROWS), sorted(set(HIDDEN_EXEMPT) - set(ROWS))
+    assert all(reason.strip() for reason in HIDDEN_EXEMPT.values())
+    for task in ALL_TASKS:
+        if task.id in HIDDEN_EXEMPT:
+            assert not task.hidden_cases and "hidden" not in ROWS[task.id], task.id
+        else:
+            assert len(task.hidden_cases) in HIDDEN_CALLS_PER_TASK, task.id
+    # Most of the suite is covered; an exemption is the exception.
+    assert len(HIDDEN_EXEMPT) < len(ALL_TASKS) / 2
+
+
+def test_hidden_cases_are_plain_json_and_canonical():
+    for task in ALL_TASKS:
+        for case in task.hidden_cases:
+            assert type(json.loads(case.args_json)) is list, (task.id, case)
+            expected = json.loads(case.expected_json)
+            assert _is_plain(expected), (task.id, case)
+            # Canonical text: the grader and the self-check compare strings.
+            assert case.expected_json == json.dumps(expected, sort_keys=True), (task.id, case)
+            assert f"def {case.function}(" in (REPOS_DIR / _repo_name(task) / (case.module.replace(".", "/") + ".py")).read_text()
+
+
+def _call_texts(case):
+    args = json.loads(case.args_json)
+    return {", ".join(json.dumps(arg) for arg in args), ", ".join(repr(arg) for arg in args)}
+
+
+def test_each_task_has_a_hidden_call_the_visible_tests_do_not_make():
+    for task in ALL_TASKS:
+        if not task.hidden_cases:
+            continue
+        visible = "".join(content for path, content in task.test_files if path.endswith(".py"))
+        fresh = [case for case in task.hidden_cases if not any(f"{case.function}({text})" in visible for text in _call_texts(case))]
+        assert fresh, f"{task.id}: every hidden call copies a visible test's call"
+
+
+def _hidden_results(task, workspace):
+    calls = [(case.module, case.function, json.loads(case.args_json)) for case in task.hidden_cases]
+    return [outcome.get("result") for outcome in run_calls(workspace, calls)]
+
+
+# One task per repository that has hidden cases; check.py runs them all.
+HIDDEN_SAMPLE = ["textkit-004", "intervals-004", "datekit-003", "moneykit-009", "confparse-002"]
+
+
+@pytest.mark.parametrize("task_id", HIDDEN_SAMPLE)
+def test_hidden_cases_catch_the_bug_and_pass_after_the_gold_patch(task_id, tmp_path):
+    task = next(task for task in ALL_TASKS if task.id == task_id)
+    expected = [case.expected_json for case in task.hidden_cases]
+    workspace = tmp_path / "workspace"
+    shutil.copytree(task.workspace_dir, workspace)
+    assert _hidden_results(task, workspace) != expected
+    (workspace / ".gold.patch").write_text(task.gold_patch)
+    result = subprocess.run(["patch", "-p1", "-i", ".gold.patch"], cwd=workspace, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _hidden_results(task, workspace) == expected
+
+
+def test_runner_rejects_values_that_are_not_plain_json(tmp_path):
+    (tmp_path / "values.py").write_text(
+        "class Always(int):\n"
+        "    def __eq__(self, other):\n"
+        "        return True\n"
+        "def tup(): return (1, 2)\n"
+        "def always(): return Always(1)\n"
+        "def nan(): return float('nan')\n"
+        "def int_keys(): return {1: 'a'}\n"
+        "def flag(): return True\n"
+        "def one(): return 1\n"
+        "def noisy():\n"
+        "    print('noise on stdout')\n"
+        "    return [1.5, None, {'k': 'v'}]\n"
+        "def boom(): raise KeyError('x')\n"
+    )
+    names = ["tup", "always", "nan", "int_keys", "flag", "one", "noisy", "boom"]
+    outcomes = dict(zip(names, run_calls(tmp_path, [("values", name, []) for name in names])))
+    for name in ("tup", "always", "nan", "int_keys"):
+        assert "not plain JSON" in outcomes[name]["error"], outcomes[name]
+    assert outcomes["flag"] == {"result": "true"} and outcomes["one"] == {"result": "1"}
+    assert outcomes["noisy"] == {"result": '[1.5, null, {"k": "v"}]'}
+    assert outcomes["boom"]["error"].startswith("raised KeyError")
+
+
+def test_correct_repository_value_that_is_not_plain_names_the_task_and_call():
+    suite = {"repos": {"datekit": {}}, "tasks": [
+        {"id": "datekit-x", "repo": "datekit", "hidden": [{"call": "datekit.calendar:add_months", "args": [2024, 1, 31, 1]}]},
+    ]}
+    with pytest.raises(ValueError, match=r"task datekit-x: hidden call datekit\.calendar:add_months.*not plain JSON: tuple"):
+        builtin_suite.compute_expected(suite)
+
+
+def test_check_flags_hidden_cases_that_miss_the_bug():
+    row = ROWS["textkit-003"]
+    expected = [case.expected_json for case in next(t for t in ALL_TASKS if t.id == row["id"]).hidden_cases]
+    same = [{"result": value} for value in expected]
+    assert hidden_problems(row, expected, same, [{"error": "raised ValueError"}] + same[1:]) == []
+    assert "no hidden call detects the bug" in " ".join(hidden_problems(row, expected, same, same))
+    assert "on the correct repository" in " ".join(hidden_problems(row, expected, [{"result": "0"}] + same[1:], [{"result": "1"}] + same[1:]))
+
+
+def test_hidden_expected_values_are_cached_with_the_suite_hash(tmp_path, monkeypatch):
+    first = load_builtin("eval", cache_dir=str(tmp_path))
+    assert len(list((tmp_path / "tasks" / builtin_suite.suite_hash()).glob("hidden-expected-*.json"))) == 1
+
+    def no_runs(*args, **kwargs):
+        raise AssertionError("a warm load must not run the hidden calls again")
+
+    monkeypatch.setattr(builtin_suite, "run_calls", no_runs)
+    second = load_builtin("eval", cache_dir=str(tmp_path))
+    assert [task.hidden_cases for task in second] == [task.hidden_cases for task in first]
+    assert any(task.hidden_cases for task in second)
 
 
 @pytest.mark.parametrize("repo", REPOS)
