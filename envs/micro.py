@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Callable, List, Optional, Sequence
 from envs.cache import build_dir_once, cache_root
 from envs.minimal_edit import minimal_edit
 from envs.pytest_summary import PYTEST_COMMAND
-from envs.tasks import Task
+from envs.tasks import HiddenCase, Task
 
 SPLIT_SIZES = {"train": 300, "eval": 100}
 SPLIT_SEEDS = {"train": 1, "eval": 2}
@@ -145,6 +146,8 @@ class MicroTask:
     problem_statement: str
     fail_to_pass: tuple
     pass_to_pass: tuple
+    # Calls on `mod`, graded by their values and never written to the workspace (envs/hidden_cases.py).
+    hidden_cases: tuple = ()
 
 
 def _call(fn_name: str, args: tuple) -> str:
@@ -213,10 +216,35 @@ def draw(task_id: str, family: str, rng: random.Random, easy: bool, parity: int)
         if buggy_module.count(old) != 1:
             return None
         statement += f" Probably `{old}` should be `{new}` in {MODULE}."
+    hidden = _hidden_cases(task_id, template, k, fixed_module, buggy_module, fill["f"], fail_case[0],
+                           (helper_name, helper_args))
     return MicroTask(task_id, template.family, "easy" if easy else "hard",
                      {MODULE: buggy_module, TEST_MODULE: tests, PYTEST_INI: PYTEST_CONFIG}, fixed_module, statement,
                      (f"{TEST_MODULE}::test_{f}_bug",),
-                     ((f"{TEST_MODULE}::test_{f}",) if same_case else ()) + (f"{TEST_MODULE}::test_{helper_name}",))
+                     ((f"{TEST_MODULE}::test_{f}",) if same_case else ()) + (f"{TEST_MODULE}::test_{helper_name}",),
+                     hidden)
+
+
+HIDDEN_BUG_CASES = 2
+
+
+def _hidden_cases(task_id: str, template: Template, k: int, fixed: str, buggy: str, name: str, shown: tuple,
+                  helper: tuple) -> tuple:
+    """Calls the tests do not make: inputs on which the fix and the bug differ (the issue's own
+    call excluded while others exist), one on which they agree, and the helper. Drawn from an rng
+    of their own, so the tasks (and the tokenizer's corpus) are what they were without them."""
+    rng = random.Random(f"{task_id}/hidden")
+    differ, agree = [], []
+    for args in template.inputs(rng, k) + template.inputs(rng, k):
+        want = _run(fixed, name, args)
+        (differ if want != _run(buggy, name, args) else agree).append((args, want))
+    unseen = [case for case in differ if case[0] != shown]
+    chosen = (unseen or differ)[:HIDDEN_BUG_CASES] + agree[:1]
+    helper_name, helper_args = helper[0], helper[1](rng)
+    chosen.append((helper_args, _run(fixed, helper_name, helper_args)))
+    names = [name] * (len(chosen) - 1) + [helper_name]
+    return tuple(HiddenCase("mod", fn, json.dumps([list(a) if isinstance(a, (list, tuple)) else a for a in args]),
+                            json.dumps(want)) for fn, (args, want) in zip(names, chosen))
 
 
 def generate(split: str, count: Optional[int] = None) -> List[MicroTask]:
@@ -282,7 +310,7 @@ def to_task(micro: MicroTask, root: Path, split: str) -> Task:
         fail_to_pass=micro.fail_to_pass, pass_to_pass=micro.pass_to_pass,
         gold_patch=_gold_patch(micro.files[MODULE], micro.fixed_module), stratum=micro.stratum,
         test_files=((TEST_MODULE, micro.files[TEST_MODULE]), (PYTEST_INI, PYTEST_CONFIG)), split=split, source="micro",
-        family=micro.family,
+        family=micro.family, hidden_cases=micro.hidden_cases,
     )
 
 

@@ -33,3 +33,9 @@ class InfraError(RuntimeError):
     def __init__(self, source: InfraSource, message: str):
         super().__init__(f"infra_error({source.value}): {message}")
         self.source = source
+
+
+class WorkspaceError(Exception):
+    """What the agent left cannot be graded as it is (a file where grading needs a folder, a
+    change beyond env.swe's bounds, a test_patch its change breaks): the attempt's own outcome,
+    unresolved with this reason, never an infra error."""

@@ -4,7 +4,7 @@ import pytest
 
 from envs.grader import grade
 from envs.loaders import load_tasks
-from envs.outcomes import InfraError, InfraSource
+from envs.outcomes import InfraError, InfraSource, WorkspaceError
 from envs.pytest_summary import PASSED
 
 ALL_TASKS = load_tasks(split="train") + load_tasks(split="eval")
@@ -110,10 +110,96 @@ def test_test_patch_is_applied_over_agent_edits(make_sandbox, tmp_path):
     assert sandbox.exec("git status --porcelain").output.count(".swerve-test.patch") == 0
 
 
-def test_test_patch_that_does_not_apply_is_a_grader_infra_error(make_sandbox, tmp_path):
+def test_test_patch_that_does_not_apply_is_the_callers_to_blame(make_sandbox, tmp_path):
+    """grade() cannot tell a broken task from a change that breaks its test_patch: it raises
+    WorkspaceError, and grade_on_pristine decides by trying the pristine workspace
+    (tests/envs/test_pristine_view.py)."""
     task = dataclasses.replace(_git_repo_task(tmp_path), test_patch="--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n")
     sandbox = make_sandbox()
     sandbox.start(task)
-    with pytest.raises(InfraError) as error:
+    with pytest.raises(WorkspaceError, match="does not apply"):
         grade(sandbox, task, GRADE_TIMEOUT_S)
-    assert error.value.source is InfraSource.GRADER
+
+
+# Code appended to textkit/wrap.py (imported by the tests) that tries to decide the verdict itself.
+_PRINT_AFTER_SUMMARY = """
+import atexit as _a, sys as _s
+def _claim():
+    _s.stdout.write("".join("PASSED %s\\n" % x for x in _s.argv if "::" in x))
+    _s.stdout.flush()
+_a.register(_claim)
+"""
+_EXIT_ZERO_EARLY = """
+import os as _o, sys as _s
+print("".join("PASSED %s\\n" % x for x in _s.argv if "::" in x)); _s.stdout.flush(); _o._exit(0)
+"""
+_FORGE_A_REPORT = """
+import json as _j, os as _o
+_p = _o.environ.get("SWERVE_REPORT_PATH")
+if _p:
+    _t = [l.strip() for l in open(_o.environ["SWERVE_REPORT_TESTS"]) if l.strip()]
+    open(_p, "w").write(_j.dumps({"exitstatus": 0, "tests": {t: [["setup", "passed", False], ["call", "passed", False],
+        ["teardown", "passed", False]] for t in _t}, "other_reports": 0}))
+    _o._exit(1)
+"""
+
+
+@pytest.mark.parametrize("code", [_PRINT_AFTER_SUMMARY, _EXIT_ZERO_EARLY, _FORGE_A_REPORT],
+                         ids=["passed_lines_after_the_summary", "exit_0_at_import", "report_forged_exit_1"])
+def test_the_tested_process_cannot_write_its_own_verdict(make_sandbox, task_by_id, code):
+    """The verdict comes from the grader's plugin, cross-checked with the run's exit code: lines
+    printed by the tested code, an early exit 0 or a report written with another exit code fail."""
+    task = task_by_id["textkit-003"]
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    sandbox.write_file("textkit/wrap.py", sandbox.read_file("textkit/wrap.py") + code)
+    result = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert not result.resolved, result.output
+    assert result.test_status[task.fail_to_pass[0]] != PASSED or result.problems
+
+
+def test_a_second_frame_or_output_after_the_frame_is_not_trusted(make_sandbox, task_by_id, monkeypatch):
+    """A background process that outlives pytest and writes after the grader's frame (or a frame
+    of its own) leaves a frame that is not the output's end: a problem, never a pass."""
+    from envs import grader
+
+    task = task_by_id["textkit-003"]
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    honest = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert not honest.problems and honest.test_status[task.pass_to_pass[0]] == PASSED
+    real_exec = sandbox.exec
+
+    def written_after(command, timeout_s=None):
+        result = real_exec(command, timeout_s)
+        return dataclasses.replace(result, output=result.output + "late line\n")
+
+    monkeypatch.setattr(sandbox, "exec", written_after)
+    late = grader.grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert late.problems == ["the grader's report frame is missing or altered"] and not late.resolved
+
+
+def test_hidden_cases_fail_an_always_equal_result(make_sandbox, tmp_path):
+    """The tests pass with an object whose __eq__ is always true; the hidden case, compared as
+    plain JSON outside the tested process, does not."""
+    from envs.tasks import HiddenCase, Task
+
+    repo = tmp_path / "eq"
+    repo.mkdir()
+    (repo / "calc.py").write_text("class _R(int):\n    def __eq__(self, other):\n        return True\n\n"
+                                  "def double(x):\n    return _R(0)\n")
+    (repo / "test_calc.py").write_text("from calc import double\n\ndef test_double():\n    assert double(2) == 4\n")
+    case = HiddenCase("calc", "double", "[5]", "10")
+    task = Task(id="eq-001", repo="t/eq", workspace_dir=str(repo), problem_statement="p",
+                test_command="python -m pytest -q -rA -p no:cacheprovider", fail_to_pass=("test_calc.py::test_double",),
+                pass_to_pass=(), gold_patch="", stratum="easy", test_files=(), hidden_cases=(case,))
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    fooled = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert fooled.test_status == {"test_calc.py::test_double": PASSED} and not fooled.resolved
+    assert fooled.hidden_status == {"hidden#0 calc:double": "FAILED (TypeError: not a plain JSON value: _R)"}
+    sandbox.write_file("calc.py", "def double(x):\n    return x * 2\n")
+    fixed = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert fixed.resolved and fixed.hidden_status == {"hidden#0 calc:double": "PASSED"}
+    sandbox.write_file("calc.py", "def double(x):\n    return True if x == 2 else x * 2 + 1\n")
+    assert grade(sandbox, task, GRADE_TIMEOUT_S).hidden_status == {"hidden#0 calc:double": "FAILED (wrong value)"}

@@ -1,0 +1,53 @@
+"""Hidden cases, host side: what the sandbox is given to run, and the comparison it never sees.
+
+The sandbox runs envs/jail/hidden_runner.py on [module, function, args] triples and returns each
+call's value as JSON text; the expected values stay here. Values compare as canonical JSON
+(sorted keys), so `true` is not `1` and a float must match exactly after its JSON round trip.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+from envs.tasks import HiddenCase
+
+RUNNER_SOURCE = (Path(__file__).resolve().parent / "jail" / "hidden_runner.py").read_text()
+PASSED, FAILED = "PASSED", "FAILED"
+
+
+def case_label(index: int, case: HiddenCase) -> str:
+    return f"hidden#{index} {case.module}:{case.function}"
+
+
+def runner_input(cases: Sequence[HiddenCase]) -> str:
+    """The runner's CASES file: calls only, no expected value."""
+    return json.dumps([[case.module, case.function, json.loads(case.args_json)] for case in cases])
+
+
+def canonical(json_text: str) -> str:
+    return json.dumps(json.loads(json_text), sort_keys=True)
+
+
+def compare(cases: Sequence[HiddenCase], results_json: Optional[str]) -> Dict[str, str]:
+    """Label -> PASSED, or FAILED with why, for every case. Results that are missing, not a list
+    of one entry per case, or not what the runner writes fail every case they cannot vouch for."""
+    try:
+        results = json.loads(results_json) if results_json else None
+    except json.JSONDecodeError:
+        results = None
+    if not isinstance(results, list) or len(results) != len(cases):
+        return {case_label(i, case): f"{FAILED} (no results from the runner)" for i, case in enumerate(cases)}
+    status = {}
+    for index, (case, result) in enumerate(zip(cases, results)):
+        label = case_label(index, case)
+        if not isinstance(result, dict) or not isinstance(result.get("value"), str):
+            error = result.get("error") if isinstance(result, dict) else None
+            status[label] = f"{FAILED} ({error or 'malformed result'})"
+            continue
+        try:
+            same = canonical(result["value"]) == canonical(case.expected_json)
+        except json.JSONDecodeError:
+            same = False
+        status[label] = PASSED if same else f"{FAILED} (wrong value)"
+    return status
