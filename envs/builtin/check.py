@@ -169,7 +169,7 @@ def main(argv: Sequence[str] = ()) -> int:
     suite = json.loads(TASKS_FILE.read_text())
     pristine = {repo: pristine_status(repo) for repo in suite["repos"]}
     # What loading gives the grader (cached), against a fresh run on the correct repositories.
-    expected = expected_values(suite, cache_root() / "tasks" / suite_hash())
+    expected = expected_values(suite, cache_root(), suite_hash())
     correct = correct_outcomes(suite)
     failures = 0
     for repo, status in pristine.items():

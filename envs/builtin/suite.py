@@ -8,7 +8,8 @@ when set), so editing the suite never reuses stale ones.
 A row's `hidden` lists calls `{"call": "<dotted.module>:<function>", "args": [...]}` graded
 beside the tests (Task.hidden_cases); their expected values are computed by running them on the
 correct repository (envs/builtin/hidden.py), never written in tasks.json, so they cannot drift
-from the code. They are cached beside the workspaces, under the same content hash.
+from the code. They are cached under the same content hash, in `<cache>/hidden/` (the suite
+hash's folder holds workspaces only).
 """
 from __future__ import annotations
 
@@ -125,9 +126,9 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(staging, path)
 
 
-def expected_values(suite: dict, root: Path) -> Dict[str, List[str]]:
-    """compute_expected, cached in `root` (the suite hash's folder) per version of the runner."""
-    path = root / f"hidden-expected-{RUNNER_DIGEST}.json"
+def expected_values(suite: dict, cache: Path, key: str) -> Dict[str, List[str]]:
+    """compute_expected, cached under `cache` (a cache root) per suite hash `key` and runner version."""
+    path = cache / "hidden" / f"builtin-{key}-{RUNNER_DIGEST}.json"
     if path.is_file():
         return json.loads(path.read_text())
     expected = compute_expected(suite)
@@ -148,8 +149,10 @@ def load_builtin(split: str, ids: Sequence[str] = (), cache_dir: Optional[str] =
         raise ValueError(f"unknown split {split!r} for source 'builtin'; allowed splits: {list(SPLITS)}")
     suite = json.loads(TASKS_FILE.read_text())
     _check_repos(suite)
-    root = (Path(cache_dir).expanduser() if cache_dir else cache_root()) / "tasks" / suite_hash()
-    expected = expected_values(suite, root)
+    cache = Path(cache_dir).expanduser() if cache_dir else cache_root()
+    key = suite_hash()
+    root = cache / "tasks" / key
+    expected = expected_values(suite, cache, key)
     tasks = []
     for row in suite["tasks"]:
         if suite["repos"][row["repo"]]["split"] != split or (ids and row["id"] not in ids):

@@ -205,7 +205,7 @@ def test_check_flags_hidden_cases_that_miss_the_bug():
 
 def test_hidden_expected_values_are_cached_with_the_suite_hash(tmp_path, monkeypatch):
     first = load_builtin("eval", cache_dir=str(tmp_path))
-    assert len(list((tmp_path / "tasks" / builtin_suite.suite_hash()).glob("hidden-expected-*.json"))) == 1
+    assert len(list((tmp_path / "hidden").glob(f"builtin-{builtin_suite.suite_hash()}-*.json"))) == 1
 
     def no_runs(*args, **kwargs):
         raise AssertionError("a warm load must not run the hidden calls again")
