@@ -3,7 +3,7 @@ anything) is flagged; those marked `fools_naive` really did fool in-workspace gr
 import pytest
 
 from bench.tamper_catalogue import CATALOGUE, FIXED_LINE, BUGGY_LINE, TASK_ID, play
-from envs.grader import grade
+from envs.pytest_summary import PASSED, parse_test_status
 from envs.local_sandbox import LocalSandbox
 from envs.swe_env import SWEEnv
 from configs.schema import SandboxConfig
@@ -39,6 +39,15 @@ def test_tamper_attempt_scores_zero_and_is_flagged(attempt, env, task):
         assert played["tampered"] == {}
 
 
+def naive_grade(sandbox, task) -> bool:
+    """Grading as it was before the pristine view, the grader's report plugin and hidden cases:
+    the task's tests run in the agent's own workspace, their `-rA` summary read from the output."""
+    tests = task.fail_to_pass + task.pass_to_pass
+    result = sandbox.exec(" ".join([task.test_command, *tests]), timeout_s=60)
+    status = parse_test_status(result.output, tests)
+    return result.exit_code == 0 and all(status[test] == PASSED for test in tests)
+
+
 @pytest.mark.parametrize("attempt", [a for a in CATALOGUE if a.fools_naive], ids=lambda a: a.name)
 def test_attempt_fools_grading_in_the_agents_workspace(attempt, tmp_path, task):
     """The exploit is real: grading in the workspace the agent left behind calls it resolved."""
@@ -48,7 +57,7 @@ def test_attempt_fools_grading_in_the_agents_workspace(attempt, tmp_path, task):
         for command in attempt.commands:
             assert sandbox.exec(command).exit_code == 0
         assert BUGGY_LINE in sandbox.read_file("textkit/wrap.py")
-        assert grade(sandbox, task, timeout_s=60).resolved
+        assert naive_grade(sandbox, task)
     finally:
         sandbox.close()
 
