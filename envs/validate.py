@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
-from configs.schema import TasksConfig
+from configs.schema import SWEEnvConfig, TasksConfig
 from envs.grader import GradeResult
 from envs.cache import cache_root
 from envs.loaders import NAMED_SOURCES, load_tasks
@@ -61,6 +61,8 @@ class ValidationResult:
 
 def _failing(result: GradeResult) -> str:
     bad = [f"{node_id} {status}" for node_id, status in sorted(result.test_status.items()) if status != "PASSED"]
+    bad += [f"{label} {status}" for label, status in sorted(result.hidden_status.items()) if status != "PASSED"]
+    bad += result.problems
     shown = ", ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
     return f"exit {result.exit_code}" + (f"; {shown}" if shown else "")
 
@@ -88,6 +90,7 @@ def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s:
     """`runs_images`: the factory's sandboxes are containers, so tasks whose repository lives in
     an image are checked too (else reported skipped)."""
     started = time.monotonic()
+    listing = SWEEnvConfig(listing_timeout_s=listing_timeout_s, grade_timeout_s=timeout_s)
 
     def done(verdict: str, reason: str, gold: Optional[bool] = None, empty: Optional[bool] = None):
         return ValidationResult(task.id, task.repo, verdict, reason, gold, empty, round(time.monotonic() - started, 2))
@@ -100,17 +103,18 @@ def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s:
     try:
         # Both graded as an agent's attempt is: on the pristine view (envs/pristine_view.py).
         sandbox.start(task)
-        pristine = take_manifest(sandbox, listing_timeout_s)
+        pristine = take_manifest(sandbox, listing)
         failure = _apply_gold(sandbox, task, timeout_s)
         if failure:
             return done(QUARANTINED, failure, gold=False)
-        verdict = grade_on_pristine(sandbox, task, pristine, timeout_s, listing_timeout_s)
+        verdict = grade_on_pristine(sandbox, task, pristine, listing)
+        if verdict.reason:
+            return done(QUARANTINED, f"gold fix cannot be graded: {verdict.reason}", gold=False)
         if verdict.change.tampered:
             return done(QUARANTINED, f"gold fix changes protected paths: {verdict.change.tampered}", gold=False)
         gold = verdict.result
         sandbox.start(task)  # a fresh lease for the empty patch
-        empty = grade_on_pristine(sandbox, task, take_manifest(sandbox, listing_timeout_s), timeout_s,
-                                  listing_timeout_s).result
+        empty = grade_on_pristine(sandbox, task, take_manifest(sandbox, listing), listing).result
     except InfraError as error:
         return done(QUARANTINED, str(error))
     finally:

@@ -7,7 +7,9 @@ nothing the agent does inside can alter what "pristine" means.
 
 The manifest is computed by the sandbox's Python in isolated mode (`-I -S`: no current
 directory, user site or PYTHON* variable on its path), so a module the agent planted in the
-workspace cannot fake it.
+workspace cannot fake it. Whatever the agent left (a deep or huge tree, odd names, FIFOs,
+sparse files of terabytes) the listing ends within env.swe's bounds, as a manifest or as a
+ListingError naming the bound: the agent's outcome, never an infra error.
 """
 from __future__ import annotations
 
@@ -16,45 +18,98 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, Tuple
 
+from configs.schema import SWEEnvConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import Sandbox
 
-# An entry the listing cannot read (permissions the agent changed) is recorded as ("e", why),
-# so it shows as a change instead of failing the listing.
+# Iterative (no os.walk: deep trees), bytes names (non-UTF-8 ones), lstat-based (no link is
+# followed, no FIFO or device opened). A file is hashed only when it is regular and small; an
+# entry the listing cannot read (permissions the agent changed, a name that is not UTF-8) is
+# recorded as ("e", why) under a printable key, so it shows as a change instead of failing.
+# Prints one JSON line (ASCII): {"entries": {path: [kind, value(, size)]}} or {"stop": [bound, n]}.
 _MANIFEST_SCRIPT = r"""
-import hashlib, json, os, stat
+import hashlib, json, os, stat, sys
+max_entries, max_depth, max_path_bytes, max_file_bytes = map(int, sys.argv[1:5])
 out = {}
-def unreadable(error):
-    out[os.path.relpath(error.filename or ".", ".")] = ["e", type(error).__name__]
-for root, dirs, files in os.walk(".", onerror=unreadable, followlinks=False):
-    dirs[:] = [d for d in dirs if d not in (".git", ".hg")]
-    for name in dirs + files:
-        path = os.path.join(root, name)[2:]
-        try:
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
-                out[path] = ["l", os.readlink(path)]
-            elif stat.S_ISREG(info.st_mode):
-                digest = hashlib.sha256()
-                with open(path, "rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 20), b""):
-                        digest.update(block)
-                out[path] = ["f", digest.hexdigest()[:24] + ("x" if info.st_mode & 0o111 else "")]
-        except OSError as error:
-            out[path] = ["e", type(error).__name__]
-print(json.dumps(out, separators=(",", ":")))
+def record(key, entry):
+    if entry[0] == "e" or out.get(key, ("",))[0] != "e":
+        out[key] = entry
+def stop(bound, limit):
+    print(json.dumps({"stop": [bound, limit]}))
+    sys.exit(0)
+def digest_of(path):
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > max_file_bytes:
+            return None
+        digest = hashlib.sha256()
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+        return digest.hexdigest()[:24] + ("x" if info.st_mode & 0o111 else "")
+count = 0
+stack = [(b".", "", 0)]
+while stack:
+    folder, prefix, depth = stack.pop()
+    try:
+        with os.scandir(folder) as listing:
+            for item in listing:
+                count += 1
+                if count > max_entries:
+                    stop("entries", max_entries)
+                raw = folder + b"/" + item.name if folder != b"." else item.name
+                if len(raw) > max_path_bytes:
+                    stop("path", max_path_bytes)
+                if depth + 1 > max_depth:
+                    stop("depth", max_depth)
+                try:
+                    key = prefix + item.name.decode("utf-8")
+                except UnicodeDecodeError:
+                    record(prefix + item.name.decode("utf-8", "backslashreplace"), ["e", "name is not UTF-8"])
+                    continue
+                try:
+                    info = item.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode):
+                        if item.name not in (b".git", b".hg"):
+                            stack.append((raw, key + "/", depth + 1))
+                    elif stat.S_ISLNK(info.st_mode):
+                        target = os.readlink(raw)
+                        try:
+                            record(key, ["l", target.decode("utf-8")])
+                        except UnicodeDecodeError:
+                            record(key, ["e", "link target is not UTF-8"])
+                    elif stat.S_ISREG(info.st_mode):
+                        digest = digest_of(raw) if info.st_size <= max_file_bytes else None
+                        if digest is None:
+                            record(key, ["big", str(info.st_size)])
+                        else:
+                            record(key, ["f", digest, info.st_size])
+                except OSError as error:
+                    record(key, ["e", type(error).__name__])
+    except OSError as error:
+        record(prefix[:-1] or ".", ["e", type(error).__name__])
+print(json.dumps({"entries": out}, separators=(",", ":")))
 """
+
+# What the script's "stop" names -> how the message says it and the env.swe field that bounds it.
+_BOUNDS = {"entries": ("more than {} entries", "listing_max_entries"),
+           "depth": ("folders nested deeper than {}", "listing_max_depth"),
+           "path": ("a path longer than {} bytes", "max_path_bytes")}
 
 
 class ListingError(Exception):
-    """The workspace cannot be listed within the sandbox's limits (time, output bytes)."""
+    """The workspace cannot be listed within the bounds on what the agent leaves (time, output
+    bytes, entries, depth, path bytes): the agent's doing, never an infra error."""
 
 
 @dataclass(frozen=True)
 class Manifest:
-    # Workspace-relative path -> ("f", digest) for a regular file, ("l", target) for a symlink,
-    # ("e", error) for an entry the listing could not read.
+    # Workspace-relative path -> ("f", digest) for a regular file, ("big", size) for one larger
+    # than env.swe.max_file_bytes (never read: a sparse file can claim terabytes), ("l", target)
+    # for a symlink, ("e", why) for an entry the listing could not read or name.
     entries: Dict[str, Tuple[str, str]] = field(default_factory=dict)
+    # Path -> bytes of each regular file (small or big). Not compared: entries say it all.
+    sizes: Dict[str, int] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -66,6 +121,8 @@ class Change:
     # graded view).
     symlinks: Tuple[str, ...]
     unreadable: Tuple[str, ...] = ()
+    # New or changed files larger than env.swe.max_file_bytes: never read, never in `written`.
+    oversized: Tuple[str, ...] = ()
 
     @property
     def paths(self) -> Dict[str, bool]:
@@ -73,11 +130,20 @@ class Change:
         return {**self.written, **{path: False for path in self.deleted}}
 
 
-def take_manifest(sandbox: Sandbox, timeout_s: float) -> Manifest:
-    """The workspace's listing, within timeout_s (env.swe.listing_timeout_s). ListingError when it
-    exceeds that or the sandbox's output limit (what the agent can cause: a flood of files);
-    InfraError when the listing itself fails."""
-    result = sandbox.exec(f"python3 -I -S -c {shlex.quote(_MANIFEST_SCRIPT)}", timeout_s=timeout_s)
+def manifest_command(config: SWEEnvConfig) -> str:
+    bounds = (config.listing_max_entries, config.listing_max_depth, config.max_path_bytes, config.max_file_bytes)
+    return f"python3 -I -S -c {shlex.quote(_MANIFEST_SCRIPT)} {' '.join(str(int(bound)) for bound in bounds)}"
+
+
+def take_manifest(sandbox: Sandbox, config: SWEEnvConfig) -> Manifest:
+    """The workspace's listing within env.swe's bounds (listing_timeout_s, listing_max_entries,
+    listing_max_depth, max_path_bytes) and the sandbox's output limit. ListingError when the
+    workspace exceeds one (what the agent can cause); InfraError when the listing itself fails."""
+    if isinstance(config, (int, float)):
+        # Until envs/swe_env.py and envs/pristine_view.py pass their SWEEnvConfig: a bare timeout.
+        config = SWEEnvConfig(listing_timeout_s=float(config))
+    timeout_s = config.listing_timeout_s
+    result = sandbox.exec(manifest_command(config), timeout_s=timeout_s)
     if result.timed_out or result.output_truncated:
         raise ListingError(f"listing the workspace {'timed out' if result.timed_out else 'exceeded'} "
                            f"the limits ({timeout_s:.0f} s env.swe.listing_timeout_s, sandbox.max_output_bytes)")
@@ -88,11 +154,22 @@ def take_manifest(sandbox: Sandbox, timeout_s: float) -> Manifest:
         raw = json.loads(result.output.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError) as error:
         raise InfraError(InfraSource.GRADER, f"workspace listing is not JSON: {error}") from error
-    return Manifest({path: (kind, value) for path, (kind, value) in raw.items()})
+    if "stop" in raw:
+        bound, limit = raw["stop"]
+        text, name = _BOUNDS[bound]
+        raise ListingError(f"the workspace holds {text.format(limit)} (env.swe.{name})")
+    entries, sizes = {}, {}
+    for path, (kind, value, *size) in raw["entries"].items():
+        entries[path] = (kind, value)
+        if kind == "big":
+            sizes[path] = int(value)
+        elif size:
+            sizes[path] = size[0]
+    return Manifest(entries, sizes)
 
 
 def diff_manifests(before: Manifest, after: Manifest) -> Change:
-    written, other = {}, {"l": [], "e": []}
+    written, other = {}, {"l": [], "e": [], "big": []}
     for path, entry in after.entries.items():
         if before.entries.get(path) == entry:
             continue
@@ -102,4 +179,4 @@ def diff_manifests(before: Manifest, after: Manifest) -> Change:
             written[path] = path not in before.entries
     deleted = tuple(sorted(path for path in before.entries if path not in after.entries))
     return Change(written=dict(sorted(written.items())), deleted=deleted, symlinks=tuple(sorted(other["l"])),
-                  unreadable=tuple(sorted(other["e"])))
+                  unreadable=tuple(sorted(other["e"])), oversized=tuple(sorted(other["big"])))
