@@ -12,15 +12,24 @@ A jailed lease keeps one exec server in its jail (envs/exec_channel.py) that sta
 command as a fresh process; a jail a command left dirty (/tmp, /dev, SysV IPC) is replaced
 before the next command, and reset() always starts a fresh one, so grading never shares a
 jail with the agent's commands.
+What the agent leaves (any depth, path length, mode or count) is never walked by this process:
+`rm -rf` (GNU: iterative) deletes it in the background, after reset() moved the workspace
+aside with one rename; close() waits for its lease's deletions (bounded), interpreter exit for
+any left.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
+import stat
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import List, Optional, get_args
 
@@ -46,6 +55,70 @@ _warned_unisolated = False
 _warned_no_cgroup = False
 # Joins the cgroups named before "--" (by writing its pid to their cgroup.procs), then execs the rest.
 _JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# Makes every folder of the tree readable and writable (the agent may have chmod'ed them 000),
+# then deletes it. chmod -R never follows a link met inside the tree; the operand itself is a
+# real folder (checked before). Both are fts-based: no recursion, no PATH_MAX limit.
+_DELETE_TREE = 'chmod -R u+rwx -- "$1" 2>/dev/null; exec rm -rf -- "$1"'
+# Deleters running at once; past that, reset and close wait for the oldest (up to DELETE_WAIT_S).
+_MAX_DELETERS = 8
+DELETE_WAIT_S = 60.0
+# How long close() waits for its lease's files to be gone before it leaves them to finish alone.
+CLOSE_WAIT_S = 30.0
+_deleters: List[subprocess.Popen] = []
+_deleters_lock = threading.Lock()
+
+
+def _reap_deleters(wait_s: float = 0.0, only: Optional[List[subprocess.Popen]] = None) -> List[str]:
+    """Forget finished deleters (logging failed ones), waiting up to wait_s in all for running
+    ones (of `only`, when given); the trees still being deleted after that."""
+    deadline_s = time.monotonic() + wait_s
+    with _deleters_lock:
+        pending = [deleter for deleter in _deleters if only is None or deleter in only]
+    running = []
+    for deleter in pending:
+        try:
+            code = deleter.wait(max(0.0, deadline_s - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            running.append(deleter)
+            continue
+        if code != 0:
+            log.warning("deleting %s exited %d: some of it may remain", deleter.args[-1], code)
+        with _deleters_lock:
+            if deleter in _deleters:  # another thread may have reaped it meanwhile
+                _deleters.remove(deleter)
+    return [deleter.args[-1] for deleter in running]
+
+
+def wait_for_deleters(timeout_s: float = DELETE_WAIT_S) -> List[str]:
+    """Wait up to timeout_s for every background deletion; logs and returns the trees still going."""
+    running = _reap_deleters(timeout_s)
+    if running:
+        log.warning("still deleting after %.0f s (left to finish on their own): %s", timeout_s, running)
+    return running
+
+
+atexit.register(wait_for_deleters)
+
+
+def discard_tree(path: Path) -> Optional[subprocess.Popen]:
+    """Delete what the agent may have made at `path`, in the background (no walk here); the
+    deleter, None when there was nothing to walk."""
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(path)  # never hand a link to chmod -R, which would follow it
+        return None
+    _reap_deleters()
+    with _deleters_lock:
+        crowded = len(_deleters) >= _MAX_DELETERS
+    if crowded:
+        slow = _reap_deleters(DELETE_WAIT_S)
+        if len(slow) >= _MAX_DELETERS:
+            log.warning("%d deletions still running after %.0f s: %s", len(slow), DELETE_WAIT_S, slow)
+    deleter = subprocess.Popen(["/bin/sh", "-c", _DELETE_TREE, "sh", str(path)], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with _deleters_lock:
+        _deleters.append(deleter)
+    return deleter
 
 
 def clean_env() -> dict:
@@ -115,6 +188,8 @@ class LocalSandbox:
         # later lease's sweep ends the jails of an owner that was SIGKILLed.
         self._jail_cgroup: Optional[LeaseCgroup] = None
         self._server: Optional[ExecServer] = None
+        # Background deletions of this lease's used workspaces and, once closed, of the lease.
+        self._deleters: List[subprocess.Popen] = []
         self._sh = shutil.which("sh") or "/bin/sh"
         # Seconds the last start() took, from request to a sandbox that ran its probe command.
         self.last_start_s: float = 0.0
@@ -208,8 +283,22 @@ class LocalSandbox:
 
     def reset(self) -> None:
         self._stop_server()  # its jail binds the workspace directory that is replaced here
-        shutil.rmtree(self.workspace)
-        self._copy_workspace()
+        workspace = self.workspace
+        trash = self._lease_dir.with_name(f"{self._lease_dir.name}.trash-{uuid.uuid4().hex[:8]}")
+        try:
+            if stat.S_ISDIR(os.lstat(workspace).st_mode):
+                os.chmod(workspace, 0o700)  # moving a folder to another parent needs its write bit
+            os.rename(workspace, trash)
+        except FileNotFoundError:
+            trash = None  # an unjailed command removed the workspace itself
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"cannot move the used workspace aside: {error}") from error
+        try:
+            self._copy_workspace()
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"cannot copy the workspace of {self._task.id}: {error}") from error
+        if trash is not None:
+            self._discard(trash)
 
     @property
     def cgroup(self) -> Optional[LeaseCgroup]:
@@ -228,9 +317,22 @@ class LocalSandbox:
                 cgroup.remove()
         self._jail_cgroup = self._cgroup = None
         if self._lease_dir is not None:
-            shutil.rmtree(self._lease_dir)
+            self._discard(self._lease_dir)
         self._lease_dir = None
+        deleters, self._deleters = self._deleters, []
+        left = _reap_deleters(CLOSE_WAIT_S, only=deleters)
+        if left:
+            log.warning("still deleting after %.0f s, left to finish in the background: %s", CLOSE_WAIT_S, left)
         self._task = None
+
+    def _discard(self, path: Path) -> None:
+        try:
+            deleter = discard_tree(path)
+            if deleter is not None:
+                self._deleters.append(deleter)
+        except OSError as error:
+            # The lease goes on regardless: a tree left on disk costs space, not correctness.
+            log.error("cannot delete %s (it stays on disk): %s", path, error)
 
     def _make_cgroup(self, role: str, memory_bytes: Optional[int], max_pids: Optional[int],
                      lacking: str) -> Optional[LeaseCgroup]:

@@ -205,6 +205,7 @@ def test_start_replaces_the_lease_and_close_is_idempotent(make_sandbox, task_by_
     box.start(task_by_id["textkit-001"])
     first = box.workspace
     box.start(task_by_id["inventory-001"])
+    assert local_sandbox_module.wait_for_deleters() == []
     assert not first.exists() and (box.workspace / "inventory").is_dir()
     second = box.workspace
     box.close()
@@ -503,3 +504,77 @@ def test_a_jail_left_by_a_killed_owner_is_ended_by_the_next_lease(tmp_path):
         owner.kill()
         if straggler is not None and pid_alive(straggler):
             os.kill(straggler, signal.SIGKILL)
+
+
+# ---- what the agent leaves: reset and close never walk it here, and it is gone -----------------
+
+# Each kind of tree that breaks a recursive walk or a plain rm: depth, count, mode, name, length.
+_LEFTOVERS = {
+    "depth 3000": "python3 -c 'import os; [(os.mkdir(\"d\"), os.chdir(\"d\")) for _ in range(3000)]'",
+    "20000 files": "mkdir flood && cd flood && for d in $(seq 20); do mkdir $d && (cd $d && seq 1000 | xargs touch); done",
+    "chmod 000": "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner locked",
+    "non-UTF-8 name": "touch $'bad\\xffname' && mkdir $'dir\\xfe' && touch $'dir\\xfe/x'",
+    "past PATH_MAX": "mkdir long && cd long && for i in $(seq 40); do mkdir " + "p" * 200 + " && cd " + "p" * 200
+                     + " || exit 1; done && touch leaf",
+}
+
+
+def _lease_leftovers(root) -> list:
+    return sorted(name for name in os.listdir(root) if name.startswith("swerve-lease-"))
+
+
+def test_reset_and_close_delete_every_tree_the_agent_can_make(make_sandbox, isolation, task_by_id, tmp_path):
+    box = make_sandbox(isolation=isolation)
+    box.start(task_by_id["textkit-001"])
+    pristine = sorted(os.listdir(box.workspace))
+    for what, command in _LEFTOVERS.items():
+        result = box.exec(command, timeout_s=120)
+        assert result.exit_code == 0, (what, result.output[-2000:])
+    assert box.exec("chmod 000 .").exit_code == 0  # the workspace root too (same uid as the host's)
+    started_s = time.monotonic()
+    box.reset()
+    print(f"reset with {list(_LEFTOVERS)}: {time.monotonic() - started_s:.3f} s")
+    assert sorted(os.listdir(box.workspace)) == pristine
+    assert box.exec("ls -A").output.split() == pristine
+    started_s = time.monotonic()
+    box.close()
+    print(f"close (waits for the deletions): {time.monotonic() - started_s:.3f} s")
+    assert local_sandbox_module.wait_for_deleters() == []
+    assert _lease_leftovers(tmp_path) == []
+
+
+def test_reset_of_twenty_thousand_files_returns_before_they_are_deleted(make_sandbox, task_by_id, tmp_path):
+    box = make_sandbox(isolation="none")
+    box.start(task_by_id["textkit-001"])
+    assert box.exec(_LEFTOVERS["20000 files"], timeout_s=120).exit_code == 0
+    started_s = time.monotonic()
+    box.reset()
+    print(f"reset with 20000 files: {time.monotonic() - started_s:.3f} s")
+    assert not (box.workspace / "flood").exists()
+    lease = box.workspace.parent.name
+    assert [name for name in _lease_leftovers(tmp_path) if name != lease]  # moved aside, not walked
+    box.close()
+    assert local_sandbox_module.wait_for_deleters() == [] and _lease_leftovers(tmp_path) == []
+
+
+@needs_bwrap
+def test_a_workspace_root_chmod_000_still_runs_the_next_command(make_sandbox, task_by_id):
+    box = make_sandbox(isolation="bwrap")
+    box.start(task_by_id["textkit-001"])
+    # Dirt in /tmp makes the next command start a fresh jail on the chmod'ed workspace.
+    box.exec("chmod 000 /workspace; touch /tmp/dirt")
+    result = box.exec("pwd; ls textkit")
+    assert result.exit_code != 0 and "/workspace" in result.output  # the agent locked itself out
+    box.reset()
+    assert "case.py" in box.exec("ls textkit").output
+
+
+def test_a_deleter_cannot_be_steered_by_a_link_in_place_of_the_tree(tmp_path):
+    target = tmp_path / "host"
+    (target / "keep").mkdir(parents=True)
+    os.chmod(target / "keep", 0o500)
+    link = tmp_path / "lease"
+    link.symlink_to(target)
+    assert local_sandbox_module.discard_tree(link) is None
+    assert not os.path.lexists(link) and (target / "keep").is_dir()
+    assert os.stat(target / "keep").st_mode & 0o777 == 0o500  # chmod -R never saw it
