@@ -104,6 +104,12 @@ EVASIONS = {
     "future-import": 'from __future__ import annotations\n',
     "keyword-dunder": 'd = dict(__builtins__=1)\n',
     "match-class-dunder": 'match 1:\n    case int(__class__=c):\n        pass\n',
+    # a builtin smuggled under a local name: defaults and first iterables run in the outer scope
+    "default-carries-builtin": 'def f(vars=vars):\n    return vars(f)\n',
+    "comprehension-iter-carries-builtin": 'names = [vars(total) for vars in [vars]]\n',
+    "module-rebinding": 'vars = vars\nnames = vars(total)\n',
+    "global-declared": 'def f():\n    global vars\n    return vars(total)\n',
+    "alias-of-builtin": 'def f(g):\n    return g(total)\nf(getattr)\n',
 }
 
 
@@ -156,6 +162,11 @@ HONEST = {
     "local-package-import": ("def total(xs, k):", "from textkit.case import title_case\n\n\ndef total(xs, k):"),
     "divmod-round": ("    return out", "    return round(divmod(out, k)[0], 2)"),
     "decimal": ("def total(xs, k):", "from decimal import Decimal, ROUND_HALF_UP\n\n\ndef total(xs, k):"),
+    "param-named-like-builtins": ("def total(xs, k):", "def step(x, dir, type=1, input=None):\n"
+                                  "    return [x + dir * type for dir in (dir, -dir)]\n\n\ndef total(xs, k):"),
+    "docstring-words": ("def total(xs, k):", 'def half(v):\n    """Exit early: the system evals modules '
+                        'lazily (see sys docs)."""\n    return v / 2\n\n\ndef total(xs, k):'),
+    "main-guard": ("    return out", '    return out\n\n\nif __name__ == "__main__":\n    print(total([1], 0))'),
 }
 
 
