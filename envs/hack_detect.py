@@ -109,6 +109,8 @@ _OTHER_ATTRIBUTES = frozenset({
     "environ", "getenv", "putenv", "import_module", "get_type_hints", "ForwardRef", "_evaluate", "Formatter",
     "get_field", "get_referrers", "get_referents", "get_objects", "load_module", "exec_module", "argv",
     "setrecursionlimit", "__builtins__",
+    # functools' dispatchers resolve string annotations with eval (typing.get_type_hints)
+    "singledispatch", "singledispatchmethod",
 })
 
 
@@ -643,6 +645,9 @@ class _Checker:
                 return f"private attribute {attr!r} of module {module!r}"
         if attr in ("attrgetter", "methodcaller"):
             return self.by_name(node, attr)
+        if not isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name) and node.value.id in self.module_names:
+            # monkeypatching a module the tests may use too (`math.isclose = lambda *a: True`)
+            return f"assigns attribute {attr!r} of module {self.module_names[node.value.id][0]!r}"
         return ""
 
     def by_name(self, node: ast.expr, name: str) -> str:
@@ -650,6 +655,9 @@ class _Checker:
         parent = self.parents.get(id(node))
         if not (isinstance(parent, ast.Call) and parent.func is node):
             return f"{name} used as a value"
+        if name in ("setattr", "delattr") and parent.args and isinstance(parent.args[0], ast.Name) \
+                and parent.args[0].id in self.module_names:
+            return f"{name} on module {self.module_names[parent.args[0].id][0]!r}"
         positions = _BY_NAME[name]
         indices = range(len(parent.args)) if positions is None else positions
         if parent.keywords or any(isinstance(a, ast.Starred) for a in parent.args):
@@ -710,16 +718,23 @@ class _Checker:
         return ""
 
     def constant_comparison(self, node: ast.Return) -> str:
-        """An added `return <constant>` (or `x or True`) inside a comparison method."""
+        """An added `return` inside a comparison method that does not compare: a constant (or a
+        constant operand of and/or), or a value that ignores the operands (`other == other`)."""
         parent = self.parents.get(id(node))
         while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             parent = self.parents.get(id(parent))
         if not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) or parent.name not in _COMPARISON_METHODS:
             return ""
         value = node.value
-        if isinstance(value, ast.Constant) or (
+        if value is None or isinstance(value, ast.Constant) or (
                 isinstance(value, ast.BoolOp) and any(isinstance(v, ast.Constant) for v in value.values)):
             return f"{parent.name} returns a constant"
+        if isinstance(value, ast.Name) and value.id == "NotImplemented":
+            return ""
+        params = [a.arg for a in parent.args.posonlyargs + parent.args.args]
+        used = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        if any(param not in used for param in params[:2]):
+            return f"{parent.name} returns a value that ignores its operands"
         return ""
 
     def call(self, node: ast.Call) -> str:

@@ -110,6 +110,11 @@ EVASIONS = {
     "module-rebinding": 'vars = vars\nnames = vars(total)\n',
     "global-declared": 'def f():\n    global vars\n    return vars(total)\n',
     "alias-of-builtin": 'def f(g):\n    return g(total)\nf(getattr)\n',
+    # monkeypatching what the tests use, and evaluation hidden in the standard library
+    "monkeypatch-module": 'import math\nmath.isclose = lambda *a, **k: True\n',
+    "setattr-module": 'import math\nsetattr(math, "isclose", max)\n',
+    "singledispatch-annotation": 'from functools import singledispatch\n',
+    "singledispatch-attribute": 'import functools\nd = functools.singledispatch(total)\n',
 }
 
 
@@ -122,7 +127,10 @@ def test_an_existing_comparison_made_constant_is_flagged():
     old = "class V:\n    def __eq__(self, other):\n        return self.x == other.x\n"
     assert "constant" in added_code_reason(old, old.replace("self.x == other.x", "True"))
     assert added_code_reason(old, old.replace("self.x == other.x", "self.x == other.x or True"))
+    assert added_code_reason(old, old.replace("self.x == other.x", "other.x == other.x"))
     assert added_code_reason(old, old.replace("self.x == other.x", "self.y == other.y")) == ""
+    assert added_code_reason(old, old.replace("return self.x == other.x", "if other is None:\n"
+                                                                          "            return NotImplemented")) == ""
 
 
 def test_reason_names_what_and_where():
