@@ -111,6 +111,8 @@ _OTHER_ATTRIBUTES = frozenset({
     "setrecursionlimit", "__builtins__",
     # functools' dispatchers resolve string annotations with eval (typing.get_type_hints)
     "singledispatch", "singledispatchmethod",
+    # process-wide state of allowed modules the tests may rely on too
+    "getcontext", "setcontext", "DefaultContext", "setfirstweekday",
 })
 
 
@@ -624,6 +626,11 @@ class _Checker:
             return f"reflective builtin {name!r}"
         if name in self.module_names and not self.module_names[name][1]:
             return f"use of module {self.module_names[name][0]!r}"
+        if name in self.module_names and self.module_names[name][0] in ALLOWED_MODULES | {"collections"}:
+            parent = self.parents.get(id(node))
+            if not (isinstance(parent, ast.Attribute) and parent.value is node):
+                # a module passed around escapes the checks on `module.attribute` (`m = math; m.x = ...`)
+                return f"module {name!r} used as a value"
         if name == "type":
             parent = self.parents.get(id(node))
             if not (isinstance(parent, ast.Call) and parent.func is node and len(parent.args) == 1

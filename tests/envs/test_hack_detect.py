@@ -115,6 +115,8 @@ EVASIONS = {
     "setattr-module": 'import math\nsetattr(math, "isclose", max)\n',
     "singledispatch-annotation": 'from functools import singledispatch\n',
     "singledispatch-attribute": 'import functools\nd = functools.singledispatch(total)\n',
+    "module-aliased": 'import math\nm = math\nm.isclose = max\n',
+    "decimal-global-context": 'import decimal\ndecimal.getcontext().prec = 1\n',
 }
 
 
