@@ -27,12 +27,16 @@ import fcntl
 import os
 import sys
 import time
+from stat import S_ISDIR as _S_ISDIR, S_ISLNK as _S_ISLNK
 
 from capture import SIGKILL, kill_group, watch
 from framing import read_frame, write_frame
 
 _PR_SET_DUMPABLE = 4
-_SCRATCH_ROOTS = ("/tmp", "/dev")
+_SCRATCH_ROOTS = (b"/tmp", b"/dev")
+# Beyond these the scratch space is dirty without looking further: listing it stays cheap.
+_SCRATCH_MAX_ENTRIES = 10_000
+_SCRATCH_MAX_DEPTH = 64
 _SYSV_TABLES = ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem")
 _JOIN_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_cgroups.bash")
 # Where join_cgroups.bash finds the cgroup fds (at most three: v1's pids, memory and freezer).
@@ -81,15 +85,29 @@ def reap_all() -> None:
             return
 
 
-def scratch_listing(root: str) -> list:
+def scratch_listing(root: bytes):
     """Every path under root with its link target, not descending into mounts: bwrap's binds
-    (a venv that lives under /tmp, the device nodes, /dev/pts) are not scratch space."""
+    (a venv that lives under /tmp, the device nodes, /dev/pts) are not scratch space. None when
+    it cannot be told within the bounds (entries, depth) or an entry cannot be read: a jail that
+    cannot be listed counts as dirty. Iterative, on bytes (any name), and it never raises."""
     entries = []
-    for top, dirs, files in os.walk(root):
-        dirs[:] = [name for name in dirs if not os.path.ismount(os.path.join(top, name))]
-        for name in dirs + files:
-            path = os.path.join(top, name)
-            entries.append((path, os.readlink(path) if os.path.islink(path) else ""))
+    try:
+        stack = [(root, os.lstat(root).st_dev, 0)]
+        while stack:
+            folder, device, depth = stack.pop()
+            with os.scandir(folder) as listing:
+                for item in listing:
+                    if len(entries) >= _SCRATCH_MAX_ENTRIES:
+                        return None
+                    info = item.stat(follow_symlinks=False)
+                    is_link = _S_ISLNK(info.st_mode)
+                    entries.append((item.path, os.readlink(item.path) if is_link else b""))
+                    if _S_ISDIR(info.st_mode) and info.st_dev == device:
+                        if depth + 1 >= _SCRATCH_MAX_DEPTH:
+                            return None
+                        stack.append((item.path, device, depth + 1))
+    except OSError:
+        return None  # made unreadable, too long a path, gone meanwhile: dirty either way
     return sorted(entries)
 
 
@@ -102,6 +120,17 @@ def sysv_objects() -> int:
         except FileNotFoundError:
             continue
     return count
+
+
+def jail_clean(at_start: list) -> bool:
+    """Whether the scratch space is as bwrap made it (None, unlistable, never is)."""
+    now = [scratch_listing(root) for root in _SCRATCH_ROOTS]
+    if None in now or now != at_start:
+        return False
+    try:
+        return not sysv_objects()
+    except OSError:
+        return False
 
 
 def run(bash: str, command: str, env: dict, timeout_s: float, max_output_bytes: int) -> dict:
@@ -139,7 +168,7 @@ def serve(bash: str, cgroup_fds: tuple) -> None:
             write_frame(sys.stdout.buffer, ["error"], f"cannot start the command: {error}".encode())
             continue
         reap_all()
-        clean = [scratch_listing(root) for root in _SCRATCH_ROOTS] == at_start and not sysv_objects()
+        clean = jail_clean(at_start)
         header = [reply["exit_code"], int(reply["timed_out"]), reply["duration_s"], int(reply["output_truncated"]),
                   int(clean)]
         write_frame(sys.stdout.buffer, header, reply["output"].encode("utf-8", errors="replace"))

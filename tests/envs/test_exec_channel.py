@@ -121,3 +121,21 @@ def test_the_server_refuses_to_run_outside_a_pid_namespace_of_its_own():
     result = subprocess.run([sys.executable, "-E", "-s", "-S", str(exec_channel.JAIL_CODE_DIR / "exec_server.py"),
                              "/bin/bash"], input=b'{"command": "true"}\n', capture_output=True, timeout=30)
     assert result.returncode != 0 and b"only as pid 1" in result.stderr and result.stdout == b""
+
+
+@pytest.mark.parametrize("dirt", [
+    "cd /tmp && python3 -c 'import os; [(os.mkdir(\"d\"), os.chdir(\"d\")) for _ in range(3000)]'",
+    "mkdir /tmp/flood && cd /tmp/flood && seq 20000 | xargs touch",
+    "mkdir -p /tmp/locked/inner && chmod 000 /tmp/locked/inner /tmp/locked",
+    "touch /tmp/$'bad\\xffname' && mkdir /tmp/$'dir\\xfe'",
+    "cd /tmp && for i in $(seq 30); do mkdir " + "p" * 200 + " && cd " + "p" * 200 + " || exit 1; done",
+])
+def test_scratch_dirt_the_server_cannot_list_is_a_fresh_jail_not_an_error(jailed, dirt):
+    before = jailed.exec("ls -A /tmp").output
+    pid = _server_pid(jailed)
+    started_s = time.monotonic()
+    result = jailed.exec(dirt, timeout_s=60)
+    print(f"command and scratch check: {time.monotonic() - started_s:.2f} s")
+    assert result.exit_code == 0, result.output
+    assert jailed.exec("ls -A /tmp").output == before
+    assert _server_pid(jailed) != pid
