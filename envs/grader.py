@@ -194,6 +194,8 @@ def _statuses(report: Optional[dict], tests: list[str], problems: List[str]) -> 
         if len(whens) != len(set(whens)):
             problems.append(f"{test}: phases reported twice {whens}")
         status[test] = _status_of(phases)
+        if status[test] == PASSED and report.get("raised", {}).get(test, True):
+            problems.append(f"{test}: reported passed, but its call raised (or was never seen)")
     return status, report["exit_code"]
 
 

@@ -10,19 +10,22 @@ diff of the allowed part is the attempt's `model_patch`, exactly what was graded
 from __future__ import annotations
 
 import difflib
+import logging
 import shlex
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from envs.grader import GradeResult, grade
-from envs.outcomes import InfraError, InfraSource
-from envs.protection import classify, is_tool_output, source_reason
+from configs.schema import SWEEnvConfig
+from envs.grader import GradeResult, grade, grader_written_paths
+from envs.outcomes import InfraError, InfraSource, WorkspaceError
+from envs.protection import classify, is_tool_output, local_modules, source_reason
 from envs.sandbox import Sandbox
 from envs.tasks import Task
-from envs.workspace_change import ListingError, Manifest, diff_manifests, take_manifest
+from envs.workspace_change import Change, ListingError, Manifest, diff_manifests, take_manifest
+
+log = logging.getLogger(__name__)
 
 PRISTINE_ALTERED = "<pristine copy>"
-WORKSPACE = "<workspace>"
 
 
 @dataclass
@@ -34,55 +37,132 @@ class CapturedChange:
     # Protected path -> why; non-empty means the attempt tampered.
     tampered: Dict[str, str] = field(default_factory=dict)
     executable: frozenset[str] = frozenset()
+    # Written paths that are folders in the pristine workspace (all their files deleted): the
+    # folder goes before the file is written.
+    replaced_folders: tuple[str, ...] = ()
+    # Why what the agent left cannot be graded (beyond env.swe's bounds, a file where grading
+    # needs a folder, a workspace cleanup could not reset): unresolved, never an infra error.
+    refused: str = ""
 
 
 @dataclass
 class Verdict:
     resolved: bool
     change: CapturedChange
-    # None when a tampering attempt scored 0 without running the tests.
+    # None when the attempt scored 0 without running the tests (tampering, a refused change).
     result: Optional[GradeResult] = None
+    # Why an attempt is unresolved without a test verdict: the change's refusal, or what
+    # grading met that the change caused (a test_patch it breaks).
+    reason: str = ""
 
 
-def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest, listing_timeout_s: float) -> CapturedChange:
+def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnvConfig) -> CapturedChange:
     """Read the agent's change, then reset the workspace to its pristine state.
 
-    The reset workspace is checked against the manifest taken at the episode's start: a
-    backend whose pristine copy lives inside the sandbox (docker, e2b) could otherwise be
-    handed a copy the agent altered."""
+    Everything here is bounded by env.swe (entries, depth, path bytes, file and change bytes):
+    what the agent left beyond them is refused, never read. The reset workspace is checked
+    against the manifest taken at the episode's start: a backend whose pristine copy lives
+    inside the sandbox (docker, e2b) could otherwise be handed a copy the agent altered."""
     try:
-        now = take_manifest(sandbox, listing_timeout_s)
+        now = take_manifest(sandbox, swe)
     except ListingError as error:
-        # The agent made its workspace unlistable (a flood of files): its doing, so it scores
-        # 0 like any tampering rather than becoming an infra error that training skips.
-        sandbox.reset()
-        return CapturedChange(written={}, deleted=(), model_patch="", tampered={WORKSPACE: str(error)})
+        # The agent made its workspace unlistable: its doing, so it scores 0 rather than
+        # becoming an infra error that training skips.
+        return _refused(sandbox, task, f"the workspace cannot be listed: {error}")
     change = diff_manifests(pristine, now)
     tampered = classify(change.paths, change.symlinks, task)
-    tampered.update({path: "unreadable to the listing (permissions changed)" for path in change.unreadable})
+    tampered.update({path: f"unreadable to the listing ({now.entries[path][1]})" for path in change.unreadable})
     carried = [path for path in change.written if path not in tampered and not is_tool_output(path)]
-    written = {path: sandbox.read_file(path) for path in carried}
     deleted = tuple(path for path in change.deleted if path not in tampered and not is_tool_output(path))
+    refused = _beyond_bounds(change, carried, now, swe) or conflicts(pristine, carried, deleted, task)
+    if refused:
+        return _refused(sandbox, task, refused, tampered)
+    written = {path: sandbox.read_file(path) for path in carried}
     executable = {path for path in written if now.entries[path][1].endswith("x")}
-    sandbox.reset()
-    altered = _differences(pristine, sandbox, listing_timeout_s)
+    refused = _reset(sandbox, task)
+    if refused:
+        return CapturedChange(written={}, deleted=(), model_patch="", tampered=tampered, refused=refused)
+    altered = _differences(pristine, sandbox, swe)
     if altered:
         tampered[PRISTINE_ALTERED] = f"the reset workspace differs from the start: {altered}"
     old = {path: sandbox.read_file(path) for path in [*written, *deleted] if path in pristine.entries}
+    modules = local_modules(pristine.entries)
     for path in list(written):
-        reason = source_reason(path, old.get(path), written[path], task)
+        reason = source_reason(path, old.get(path), written[path], task, modules)
         if reason:
             tampered[path] = reason
             del written[path]
     patch = "".join(file_diff(path, old.get(path), written.get(path)) for path in sorted([*written, *deleted]))
+    folders = _folders(pristine.entries)
     return CapturedChange(written=written, deleted=deleted, model_patch=patch, tampered=tampered,
-                          executable=frozenset(executable & set(written)))
+                          executable=frozenset(executable & set(written)),
+                          replaced_folders=tuple(path for path in written if path in folders))
 
 
-def _differences(pristine: Manifest, sandbox: Sandbox, listing_timeout_s: float) -> str:
+def _refused(sandbox: Sandbox, task: Task, reason: str, tampered: Optional[Dict[str, str]] = None) -> CapturedChange:
+    reset_failure = _reset(sandbox, task)
+    return CapturedChange(written={}, deleted=(), model_patch="", tampered=dict(tampered or {}),
+                          refused="; ".join(filter(None, [reason, reset_failure])))
+
+
+def _reset(sandbox: Sandbox, task: Task) -> str:
+    """Reset the workspace; when what the agent left defeats the reset, the sandbox is replaced
+    by a fresh lease on the same task and the attempt is refused ("" when the reset worked). A
+    fresh lease that cannot start either is the machinery's failure: InfraError."""
+    try:
+        sandbox.reset()
+        return ""
+    except Exception as error:  # noqa: BLE001 - whatever the agent left, the lease is replaced below
+        log.warning("reset of %s failed (%s: %s): replacing its sandbox", task.id, type(error).__name__, error)
+        sandbox.close()
+        sandbox.start(task)
+        return f"the workspace could not be reset ({type(error).__name__}: {str(error)[:300]}); the sandbox was replaced"
+
+
+def _beyond_bounds(change: Change, carried: list[str], now: Manifest, swe: SWEEnvConfig) -> str:
+    """Why the change is too big to read back ("" if it is not): no fix needs it, and reading it
+    would cost the host its size in memory."""
+    if change.oversized:
+        return (f"{change.oversized[0]} is larger than env.swe.max_file_bytes={swe.max_file_bytes}"
+                f"{f' (and {len(change.oversized) - 1} more)' if len(change.oversized) > 1 else ''}")
+    if len(carried) + len(change.deleted) > swe.max_changed_files:
+        return f"{len(carried) + len(change.deleted)} changed files, more than env.swe.max_changed_files={swe.max_changed_files}"
+    total = sum(now.sizes.get(path, 0) for path in carried)
+    if total > swe.max_change_bytes:
+        return f"{total} changed bytes, more than env.swe.max_change_bytes={swe.max_change_bytes}"
+    return ""
+
+
+def conflicts(pristine: Manifest, written: list[str], deleted: tuple[str, ...], task: Task) -> str:
+    """Why the change cannot be laid over the pristine workspace and the task's test files ("" if
+    it can): a path written where a kept file is a folder on the way, or a folder where a kept
+    file or a file grading writes is. The agent can make either (a file replaced by a folder)."""
+    gone = set(deleted)
+    files = {path for path in pristine.entries if path not in gone} | set(written)
+    folders = _folders(files)
+    for path in [*written, *grader_written_paths(task)]:
+        if path in folders:
+            return f"{path} is a file in the change but a folder in the graded view"
+        clash = next((parent for parent in _parents(path) if parent in files), None)
+        if clash:
+            return f"{path} needs {clash} to be a folder, but it is a file in the graded view"
+    return ""
+
+
+def _folders(paths) -> set[str]:
+    """Every folder on the way to any of `paths`."""
+    return {parent for path in paths for parent in _parents(path)}
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _differences(pristine: Manifest, sandbox: Sandbox, swe: SWEEnvConfig) -> str:
     """How the freshly reset workspace differs from the listing taken at the start ("" if not)."""
     try:
-        now = take_manifest(sandbox, listing_timeout_s)
+        now = take_manifest(sandbox, swe)
     except ListingError as error:
         return str(error)
     if now == pristine:
@@ -90,33 +170,59 @@ def _differences(pristine: Manifest, sandbox: Sandbox, listing_timeout_s: float)
     return str(sorted(set(diff_manifests(pristine, now).paths) | set(diff_manifests(now, pristine).paths))[:5])
 
 
-def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, timeout_s: float, listing_timeout_s: float,
-                      tamper_scores_zero: bool = True) -> Verdict:
+def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnvConfig) -> Verdict:
     """The attempt's verdict: its allowed change applied to the pristine workspace, then graded.
-    With `tamper_scores_zero` a tampering attempt is unresolved without running the tests; an
-    altered pristine copy or an unlistable workspace always is."""
-    change = capture_change(sandbox, task, pristine, listing_timeout_s)
+    With swe.tamper_scores_zero a tampering attempt is unresolved without running the tests; an
+    altered pristine copy, an unlistable workspace or a refused change always is."""
+    change = capture_change(sandbox, task, pristine, swe)
+    if change.refused:
+        return Verdict(resolved=False, change=change, reason=change.refused)
     # Without a trustworthy pristine view there is nothing honest to grade, whatever the switch.
-    untrusted = PRISTINE_ALTERED in change.tampered or WORKSPACE in change.tampered
-    if change.tampered and (tamper_scores_zero or untrusted):
+    if change.tampered and (swe.tamper_scores_zero or PRISTINE_ALTERED in change.tampered):
         return Verdict(resolved=False, change=change)
     try:
         apply_change(sandbox, change)
+        result = grade(sandbox, task, swe.grade_timeout_s)
     except InfraError as error:
-        raise InfraError(InfraSource.GRADER, f"rebuilding {task.id}'s graded view: {error}") from error
-    result = grade(sandbox, task, timeout_s)
+        raise InfraError(InfraSource.GRADER, f"grading {task.id}'s graded view: {error}") from error
+    except WorkspaceError as error:
+        return Verdict(resolved=False, change=change, reason=_blame(sandbox, task, swe, error))
     return Verdict(resolved=result.resolved, change=change, result=result)
 
 
+def _blame(sandbox: Sandbox, task: Task, swe: SWEEnvConfig, error: WorkspaceError) -> str:
+    """The reason an attempt is unresolved when grading its view failed: the change's doing when
+    the pristine workspace grades without that failure, else the task is broken (InfraError,
+    so the task is re-run and, failing again, quarantined; `swerve tasks validate` names it)."""
+    sandbox.reset()
+    try:
+        grade(sandbox, task, swe.grade_timeout_s)
+    except WorkspaceError as pristine_error:
+        raise InfraError(InfraSource.GRADER, f"{task.id} cannot be graded even unchanged: {pristine_error}") from error
+    return f"the change breaks grading: {error}"
+
+
 def apply_change(sandbox: Sandbox, change: CapturedChange) -> None:
+    """Lay the allowed change over the reset workspace: deletions first, then the folders that
+    become files, then the writes (a file that became a folder, or the reverse, lands whole).
+    `conflicts` ruled out every clash the change could cause, so a failure here is the machinery's."""
+    _in_chunks(sandbox, "rm -f --", list(change.deleted))
+    _in_chunks(sandbox, "rm -rf --", list(change.replaced_folders))
     for path, content in change.written.items():
         sandbox.write_file(path, content)
-    commands = [f"chmod +x -- {shlex.quote(path)}" for path in sorted(change.executable)]
-    commands += [f"rm -f -- {shlex.quote(path)}" for path in change.deleted]
-    if commands:
-        result = sandbox.exec(" && ".join(commands), timeout_s=60.0)
+    _in_chunks(sandbox, "chmod +x --", sorted(change.executable))
+
+
+def _in_chunks(sandbox: Sandbox, command: str, paths: list[str]) -> None:
+    """`command` over `paths`, a bounded number per call: thousands of paths fit no command line."""
+    for start in range(0, len(paths), _PATHS_PER_COMMAND):
+        result = sandbox.exec(" ".join([command, *(shlex.quote(p) for p in paths[start:start + _PATHS_PER_COMMAND])]),
+                              timeout_s=60.0)
         if result.exit_code != 0:
-            raise InfraError(InfraSource.GRADER, f"cannot apply the change: {result.output[-500:]}")
+            raise InfraError(InfraSource.GRADER, f"cannot apply the change ({command}): {result.output[-500:]}")
+
+
+_PATHS_PER_COMMAND = 200
 
 
 def file_diff(path: str, old: Optional[str], new: Optional[str]) -> str:

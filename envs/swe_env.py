@@ -89,7 +89,7 @@ class SWEEnv(gymnasium.Env):
         start_s = time.monotonic() - started_s
         # Taken before the agent's first command: what "pristine" means for grading.
         try:
-            self._pristine = take_manifest(self._sandbox, self.config.listing_timeout_s)
+            self._pristine = take_manifest(self._sandbox, self.config)
         except ListingError as error:
             raise InfraError(InfraSource.SANDBOX, f"{self.task.id}: {error}; raise sandbox.max_output_bytes "
                              "for a task this large") from error
@@ -140,19 +140,23 @@ class SWEEnv(gymnasium.Env):
 
     def _submit(self):
         started_s = time.monotonic()
-        verdict = grade_on_pristine(self._sandbox, self.task, self._pristine, self.config.grade_timeout_s,
-                                    self.config.listing_timeout_s,
-                                    self.config.tamper_scores_zero)
+        verdict = grade_on_pristine(self._sandbox, self.task, self._pristine, self.config)
         self._done = True
         outcome = Outcome.RESOLVED if verdict.resolved else Outcome.UNRESOLVED
         tampered = verdict.change.tampered
-        if verdict.result is None:
+        if verdict.reason:
+            lines = [f"{outcome.value}: {verdict.reason}"]
+        elif verdict.result is None:
             lines = [f"{outcome.value}: the change touches paths the task protects, so it scores 0"]
-            test_status = {}
         else:
             lines = [f"{outcome.value}: test command exit code {verdict.result.exit_code}"]
             lines += [f"{status} {node_id}" for node_id, status in sorted(verdict.result.test_status.items())]
-            test_status = verdict.result.test_status
+            lines += [f"grading: {problem}" for problem in verdict.result.problems]
+            hidden = verdict.result.hidden_status
+            if hidden:
+                passed = sum(status == "PASSED" for status in hidden.values())
+                lines.append(f"hidden cases: {passed}/{len(hidden)} passed")
+        test_status = verdict.result.test_status if verdict.result is not None else {}
         lines += [f"protected, not graded: {path} ({reason})" for path, reason in sorted(tampered.items())]
         info = {
             "outcome": outcome.value,
@@ -160,6 +164,8 @@ class SWEEnv(gymnasium.Env):
             "test_status": test_status,
             "model_patch": verdict.change.model_patch,
             "tampered": dict(tampered),
+            "unresolved_reason": verdict.reason,
+            "hidden_status": dict(verdict.result.hidden_status) if verdict.result is not None else {},
         }
         reward = 1.0 if verdict.resolved else 0.0
         return self._fit("\n".join(lines)), reward, True, False, info
@@ -172,7 +178,7 @@ class SWEEnv(gymnasium.Env):
         if self._sandbox is None or self.task is None or self._pristine is None:
             return "", {}
         try:
-            change = capture_change(self._sandbox, self.task, self._pristine, self.config.listing_timeout_s)
+            change = capture_change(self._sandbox, self.task, self._pristine, self.config)
             return change.model_patch, dict(change.tampered)
         except Exception as err:  # noqa: BLE001 - the patch is a report, not part of the episode
             log.warning("model_patch of %s not captured: %s: %s", self.task.id, type(err).__name__, err)

@@ -7,11 +7,16 @@ write: lines it prints or a summary it fakes never reach the verdict, and a run 
 
 Environment: SWERVE_REPORT_PATH (where to write), SWERVE_REPORT_TESTS (a file with the listed
 node ids, one per line). The report is one JSON object: {"exitstatus": N, "tests": {node id:
-[[when, outcome, xfail], ...]}, "other_reports": count of reports for tests not listed}.
+[[when, outcome, xfail], ...]}, "raised": {node id: whether calling the test raised},
+"other_reports": count of reports for tests not listed}. "raised" is seen around the test call
+itself, before any report object exists, so code that rewrites pytest's reports (an agent's
+change imported by the tests) leaves a report that contradicts it.
 Standard library and pytest's hooks only: it runs inside the graded process.
 """
 import json
 import os
+
+import pytest
 
 _PATH = os.environ.get("SWERVE_REPORT_PATH", "")
 _LISTED = set()
@@ -20,6 +25,14 @@ if os.environ.get("SWERVE_REPORT_TESTS"):
         _LISTED = {line.rstrip("\n") for line in _handle if line.strip()}
 _PHASES = {}
 _OTHER = [0]
+_RAISED = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    outcome = yield
+    if item.nodeid in _LISTED:
+        _RAISED[item.nodeid] = outcome.excinfo is not None
 
 
 def pytest_runtest_logreport(report):
@@ -41,4 +54,5 @@ def pytest_sessionfinish(session, exitstatus):
     if not _PATH:
         return
     with open(_PATH, "w", encoding="utf-8") as handle:
-        json.dump({"exitstatus": int(exitstatus), "tests": _PHASES, "other_reports": _OTHER[0]}, handle)
+        json.dump({"exitstatus": int(exitstatus), "tests": _PHASES, "raised": _RAISED, "other_reports": _OTHER[0]},
+                  handle)

@@ -162,7 +162,8 @@ def test_an_unlistable_workspace_is_the_agents_doing_not_an_infra_error(tmp_path
         _, reward, terminated, _, info = environment.step(bash("submit"))
         assert terminated and reward == 0.0 and info["outcome"] == "unresolved"
         # (Without bubblewrap commands run as this host's user, who may still read the folder.)
-        assert info["tampered"] or (command.startswith("chmod") and not environment._sandbox.isolated)
+        assert info["tampered"] or info["unresolved_reason"] or (command.startswith("chmod")
+                                                                 and not environment._sandbox.isolated)
     environment.close()
 
 
