@@ -177,7 +177,15 @@ class E2BSandbox:
             raise InfraError(InfraSource.SANDBOX, f"e2b: cannot write {path!r}: {_describe(error)}") from error
 
     def reset(self) -> None:
-        self._run_root(restore_script(self.workdir), "reset the workspace")
+        self._lease()  # no lease is the caller's error, never a reason to make one
+        try:
+            self._run_root(restore_script(self.workdir), "reset the workspace")
+        except InfraError as error:
+            # What the agent left can be more than a restore deletes in time (or at all): a fresh
+            # sandbox of the same task is the pristine workspace too, and a failure to make one
+            # is the infra error.
+            log.warning("%s; replacing the sandbox", error)
+            self.start(self._task)
 
     def close(self) -> None:
         box, self._box = self._box, None
