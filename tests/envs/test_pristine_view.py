@@ -1,0 +1,80 @@
+"""Grading on the pristine view: what the agent left is bounded, clashes are refused before
+anything is written, a defeated reset replaces the sandbox, and only a task broken on its own
+is an infra error."""
+import dataclasses
+
+import pytest
+
+from configs.schema import SWEEnvConfig
+from envs.outcomes import InfraError, InfraSource
+from envs.pristine_view import capture_change, conflicts, grade_on_pristine
+from envs.workspace_change import Manifest, take_manifest
+
+SWE = SWEEnvConfig(grade_timeout_s=60.0)
+
+
+def _manifest(*paths):
+    return Manifest({path: ("f", "0" * 24) for path in paths})
+
+
+@pytest.mark.parametrize("pristine,written,deleted,clash", [
+    (("pkg/a.py", "pkg/b.py"), ["pkg"], ["pkg/a.py"], "pkg is a file in the change but a folder"),
+    (("pkg/a.py",), ["pkg/a.py/x.py"], [], "needs pkg/a.py to be a folder"),
+    (("pkg/a.py",), ["pkg/a.py/x.py"], ["pkg/a.py"], ""),
+    (("pkg/a.py", "pkg/b.py"), ["pkg"], ["pkg/a.py", "pkg/b.py"], ""),
+    (("mod.py",), ["tests"], [], "needs tests to be a folder"),
+    (("mod.py",), ["tests/test_mod.py/keep"], [], "tests/test_mod.py is a file in the change but a folder"),
+], ids=["folder_kept_file_written", "file_kept_folder_written", "file_became_folder", "folder_became_file",
+        "file_where_grading_writes_a_folder", "folder_where_grading_writes_a_file"])
+def test_conflicts_name_every_clash_with_the_graded_view(task_by_id, pristine, written, deleted, clash):
+    task = dataclasses.replace(task_by_id["textkit-003"], test_files=(("tests/test_mod.py", "x"),))
+    found = conflicts(_manifest(*pristine), written, tuple(deleted), task)
+    assert (clash in found) if clash else found == "", found
+
+
+def test_change_beyond_the_bounds_is_refused_unread(make_sandbox, task_by_id):
+    task = task_by_id["textkit-003"]
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    pristine = take_manifest(sandbox, SWE)
+    sandbox.exec("for i in 1 2 3; do head -c 2000 /dev/zero | tr '\\0' x > blob$i.txt; done")
+    small = dataclasses.replace(SWE, max_change_bytes=5000)
+    change = capture_change(sandbox, task, pristine, small)
+    assert "6000 changed bytes, more than env.swe.max_change_bytes=5000" in change.refused
+    assert change.written == {} and change.model_patch == ""
+    assert take_manifest(sandbox, SWE) == pristine  # reset all the same
+    sandbox.exec("for i in 1 2 3; do echo > f$i.py; done")
+    assert "env.swe.max_changed_files=2" in capture_change(sandbox, task, pristine,
+                                                            dataclasses.replace(SWE, max_changed_files=2)).refused
+
+
+def test_a_reset_the_workspace_defeats_replaces_the_sandbox(make_sandbox, task_by_id, monkeypatch):
+    task = task_by_id["textkit-003"]
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    pristine = take_manifest(sandbox, SWE)
+    sandbox.exec("echo 'x = 1' > extra.py")
+    real_reset = sandbox.reset
+
+    def fails_once():
+        monkeypatch.setattr(sandbox, "reset", real_reset)
+        raise OSError("rm: cannot remove 'trap': Operation not permitted")
+
+    monkeypatch.setattr(sandbox, "reset", fails_once)
+    verdict = grade_on_pristine(sandbox, task, pristine, SWE)
+    assert not verdict.resolved and "the sandbox was replaced" in verdict.reason and verdict.result is None
+    assert take_manifest(sandbox, SWE) == pristine and sandbox.exec("true").exit_code == 0
+
+
+def test_a_task_whose_test_patch_fails_unchanged_is_an_infra_error(make_sandbox, task_by_id):
+    """Not the agent's doing: re-run, and quarantined if it keeps failing (`swerve tasks validate`
+    finds it first)."""
+    task = dataclasses.replace(task_by_id["textkit-003"], source="swebench", test_files=(),
+                               test_patch="--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n")
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    pristine = take_manifest(sandbox, SWE)
+    sandbox.exec("sed -i 's/if len(text) < width:/if len(text) <= width:/' textkit/wrap.py")
+    with pytest.raises(InfraError, match="cannot be graded even unchanged") as error:
+        grade_on_pristine(sandbox, task, pristine, SWE)
+    assert error.value.source is InfraSource.GRADER
