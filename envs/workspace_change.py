@@ -139,9 +139,6 @@ def take_manifest(sandbox: Sandbox, config: SWEEnvConfig) -> Manifest:
     """The workspace's listing within env.swe's bounds (listing_timeout_s, listing_max_entries,
     listing_max_depth, max_path_bytes) and the sandbox's output limit. ListingError when the
     workspace exceeds one (what the agent can cause); InfraError when the listing itself fails."""
-    if isinstance(config, (int, float)):
-        # Until envs/swe_env.py and envs/pristine_view.py pass their SWEEnvConfig: a bare timeout.
-        config = SWEEnvConfig(listing_timeout_s=float(config))
     timeout_s = config.listing_timeout_s
     result = sandbox.exec(manifest_command(config), timeout_s=timeout_s)
     if result.timed_out or result.output_truncated:
