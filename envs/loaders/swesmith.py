@@ -14,7 +14,9 @@ JSON-encoded strings), problem_statement (non-empty), and either
     overrides the root) and written atomically; test_files = the clean repository's test files
     (tests/ and test/ directories, test_*.py, *_test.py, conftest.py, pytest.ini, tox.ini,
     setup.cfg, pyproject.toml); these tasks run in the local sandbox.
-Optional: repo (default: the repo_path directory name or the image name), stratum, split.
+Optional: repo (default: the repo_path directory name or the image name), stratum, split, and
+hidden_cases (our extension, written by `swerve tasks synth`): a list of {"module", "function",
+"args_json", "expected_json"} (or its JSON text), the calls the grader makes beside the tests.
 test_command = pytest with `-rA`.
 
 Not supported: SWE-smith's per-repository test commands and log parsers (pytest only), and
@@ -23,6 +25,7 @@ checking out a task branch of the SWE-smith mirror repositories.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import tempfile
@@ -33,7 +36,7 @@ from envs.cache import build_dir_once, cache_root
 from envs.loaders.common import (ACTIVATE_TESTBED, RowError, collect_rows, optional_str, path_globs, require_str,
                                  reverse_patch, row_split, selected, test_list, tree_hash)
 from envs.pytest_summary import PYTEST_COMMAND
-from envs.tasks import ALL_SPLITS, Task, TaskSet
+from envs.tasks import ALL_SPLITS, HiddenCase, Task, TaskSet
 
 FORMAT = "swesmith"
 TEST_COMMAND = PYTEST_COMMAND
@@ -133,6 +136,50 @@ def _image_setup(bug_patch: str) -> tuple:
     return IMAGE_SETUP + (f"git apply --whitespace=nowarn - <<'{marker}'\n{body}{marker}",)
 
 
+_HIDDEN_KEYS = ("module", "function", "args_json", "expected_json")
+
+
+def hidden_cases(row: dict) -> tuple:
+    """The row's hidden cases; none when the field is absent (SWE-smith's own rows)."""
+    value = row.get("hidden_cases")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise RowError("hidden_cases", f"not a JSON-encoded list: {error}") from None
+    if hasattr(value, "tolist"):  # numpy arrays from some parquet readers
+        value = value.tolist()
+    if not isinstance(value, list):
+        raise RowError("hidden_cases", f"expected a list of objects, got {type(value).__name__}")
+    return tuple(_hidden_case(index, entry) for index, entry in enumerate(value))
+
+
+def _hidden_case(index: int, entry) -> HiddenCase:
+    def bad(reason: str) -> RowError:
+        return RowError("hidden_cases", f"entry {index}: {reason}")
+
+    if not isinstance(entry, dict) or set(entry) != set(_HIDDEN_KEYS):
+        keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+        raise bad(f"expected an object with exactly the keys {', '.join(_HIDDEN_KEYS)}, got {keys}")
+    if not all(isinstance(entry[key], str) for key in _HIDDEN_KEYS):
+        raise bad("every value must be a string")
+    module, function = entry["module"], entry["function"]
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise bad(f"module {module!r} is not a dotted module name")
+    if not function.isidentifier():
+        raise bad(f"function {function!r} is not an identifier")
+    try:
+        args = json.loads(entry["args_json"])
+        json.loads(entry["expected_json"])
+    except json.JSONDecodeError as error:
+        raise bad(f"args_json or expected_json is not JSON: {error}") from None
+    if not isinstance(args, list):
+        raise bad(f"args_json must be a JSON list, got {type(args).__name__}")
+    return HiddenCase(module, function, entry["args_json"], entry["expected_json"])
+
+
 def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Task:
     if not isinstance(row, dict):
         raise RowError("row", f"expected a JSON object, got {type(row).__name__}")
@@ -150,6 +197,7 @@ def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Tas
         family=optional_str(row, "family"),
         split=row_split(row),
         source=FORMAT,
+        hidden_cases=hidden_cases(row),
         **path_globs(row),
     )
     repo_path = optional_str(row, "repo_path")

@@ -32,6 +32,7 @@ from typing import Callable, Collection, Iterable, Iterator, Optional, Sequence
 
 from configs.schema import SynthConfig
 from envs.pytest_summary import node_id_of
+from envs.synth.call_recorder import CallBook, CallRecorder, default_python
 from envs.synth.mutators import FAMILIES, Mutation, find_mutations
 from envs.synth.pytest_run import PytestRun, run_pytest
 from envs.synth.statement import problem_statement
@@ -219,7 +220,8 @@ def iter_synthesized(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_arg
     say = log or (lambda msg: None)
     test_args = list(test_args)
     st = stats if stats is not None else {}
-    st.update(candidates=0, tried=0, kept=0, seconds=0.0, baseline_passed=0, rejected={}, replayed=0)
+    st.update(candidates=0, tried=0, kept=0, seconds=0.0, baseline_passed=0, rejected={}, replayed=0,
+              recorded_calls=0, replayable_calls=0, with_hidden_cases=0, no_hidden_cases={})
 
     def baseline_limit_s() -> float:
         return cfg.timeout_s if deadline is None else deadline - time.monotonic()
@@ -232,7 +234,10 @@ def iter_synthesized(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_arg
         base = run_pytest(work, baseline_limit_s(), python=python, extra_args=test_args)
         if base.timed_out:
             raise SynthError(f"baseline test run timed out after {base.seconds:.0f}s")
-        base2 = run_pytest(work, baseline_limit_s(), python=python, extra_args=test_args)
+        # The second clean run also records the calls hidden cases are drawn from.
+        recorder = CallRecorder(Path(tmp) / "recorder", work, candidate_files(work))
+        base2 = run_pytest(work, baseline_limit_s(), python=python, extra_args=[*test_args, *recorder.pytest_args],
+                           extra_env=recorder.env, extra_paths=recorder.paths)
         passing = base.passed & base2.passed
         st["baseline_passed"] = len(passing)
         if len(passing) < 2:
@@ -242,6 +247,7 @@ def iter_synthesized(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_arg
         base_secs = max(base.seconds, base2.seconds)
         run_limit = cfg.per_run_timeout_s or (cfg.run_timeout_factor * base_secs + cfg.run_timeout_margin_s)
         say(f"baseline: {len(passing)} passing tests, {base_secs:.1f}s per run")
+        book = _call_book(recorder, default_python(python), run_limit, st, say)
 
         mutations = _order(discover_mutations(work, seed=seed, families=cfg.families or None), seed)
         st["candidates"] = len(mutations)
@@ -285,25 +291,21 @@ def iter_synthesized(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_arg
             _write(path, mut.new_text)
             try:
                 run = run_pytest(work, timeout_s, python=python, extra_args=test_args)
+                reason = _rejection(run, passing)
+                # Replayed while the mutation is in place; the expected values are the clean ones.
+                hidden, no_hidden = ([], None) if reason else book.cases(work, mut.file, mut.function,
+                                                                        default_python(python), timeout_s)
             finally:
                 _write(path, original)
-            reason = None
-            still = passing & run.passed
-            broken = passing - run.passed
-            if run.timed_out:
-                reason = "timeout"
-            elif not broken:
-                reason = "no_test_broken"
-            elif not still:
-                reason = "all_tests_broken"
-            elif not _failed_ids(run, broken):
-                reason = "no_failure_reported"
             if reason:
                 st["rejected"][reason] = st["rejected"].get(reason, 0) + 1
                 continue
             seen_patches.add(patch)
             seen_ids.add(digest)
+            still, broken = passing & run.passed, passing - run.passed
             row = _row(repo, mut, patch, sorted(broken), sorted(still), run, cfg)
+            row["hidden_cases"] = hidden
+            _count_hidden(st, no_hidden)
             st["kept"] += 1
             st["seconds"] = round(time.monotonic() - t_start, 2)
             say(f"kept {row['instance_id']} {mut.family} {mut.file}:{mut.lineno} "
@@ -315,6 +317,40 @@ def iter_synthesized(repo_path: str | os.PathLike, cfg: SynthConfig, *, test_arg
                 f"among this repository's candidate mutations, in order (made by another version of "
                 f"envs/synth?)")
     st["seconds"] = round(time.monotonic() - t_start, 2)
+
+
+def _rejection(run: PytestRun, passing: set[str]) -> Optional[str]:
+    """Why a mutated run does not make a task (None: it does)."""
+    broken = passing - run.passed
+    if run.timed_out:
+        return "timeout"
+    if not broken:
+        return "no_test_broken"
+    if not passing & run.passed:
+        return "all_tests_broken"
+    if not _failed_ids(run, broken):
+        return "no_failure_reported"
+    return None
+
+
+def _call_book(recorder: CallRecorder, python: str, timeout_s: float, st: dict,
+               say: Callable[[str], None]) -> CallBook:
+    recorded = recorder.recording()
+    if recorded is None:
+        say("the recording run wrote no calls: tasks get no hidden cases")
+    book = recorder.book(python, timeout_s)
+    st["recorded_calls"] = len(recorded or [])
+    st["replayable_calls"] = book.count()
+    say(f"{book.count()} of {len(recorded or [])} recorded calls replay to their recorded value "
+        f"({len(book.calls)} functions)")
+    return book
+
+
+def _count_hidden(st: dict, no_hidden: Optional[str]) -> None:
+    if no_hidden is None:
+        st["with_hidden_cases"] += 1
+    else:
+        st["no_hidden_cases"][no_hidden] = st["no_hidden_cases"].get(no_hidden, 0) + 1
 
 
 def _digest(patch: str) -> str:

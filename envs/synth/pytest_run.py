@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from envs.pytest_summary import PASSED, SUMMARY_HEADER, summary_lines
 
@@ -77,13 +77,16 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def run_pytest(workdir: Path, timeout_s: float, *, python: str | None = None,
-               extra_args: Iterable[str] = ()) -> PytestRun:
-    """Run the repository's tests in ``workdir`` (a temporary copy) and parse the result."""
+               extra_args: Iterable[str] = (), extra_env: Mapping[str, str] | None = None,
+               extra_paths: Iterable[str] = ()) -> PytestRun:
+    """Run the repository's tests in ``workdir`` (a temporary copy) and parse the result.
+    ``extra_paths`` go on PYTHONPATH after the repository's own (a plugin's folder must not shadow
+    its modules); ``extra_env`` is set for the run."""
     workdir = Path(workdir)
     env = dict(os.environ)
     for key in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER"):
         env.pop(key, None)
-    paths = [str(workdir)] + ([str(workdir / "src")] if (workdir / "src").is_dir() else [])
+    paths = [str(workdir)] + ([str(workdir / "src")] if (workdir / "src").is_dir() else []) + list(extra_paths)
     env.update(
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
         PYTHONDONTWRITEBYTECODE="1",
@@ -91,6 +94,7 @@ def run_pytest(workdir: Path, timeout_s: float, *, python: str | None = None,
         PYTHONPATH=os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
         COLUMNS="200",
         NO_COLOR="1",
+        **(extra_env or {}),
     )
     cmd = [python or sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider",
            "--tb=short", "--color=no", "-o", "console_output_style=classic",

@@ -225,6 +225,39 @@ def test_swesmith_local_repo_materializes_the_buggy_workspace(tmp_path, cache):
     assert [p.name for p in (cache / "tasks").iterdir()] == [workspace.name]
 
 
+def test_swesmith_hidden_cases_round_trip_and_malformed_ones_are_row_errors(tmp_path):
+    from envs.tasks import HiddenCase
+
+    repo = make_repo(tmp_path / "repo")
+    case = {"module": "calc.ops", "function": "add", "args_json": "[2, 3]", "expected_json": "5"}
+    bad = {
+        "not-a-list": {"module": "calc.ops"},
+        "missing-key": [{"module": "calc.ops", "function": "add", "args_json": "[2, 3]"}],
+        "extra-key": [dict(case, shown="yes")],
+        "not-a-string": [dict(case, expected_json=5)],
+        "bad-module": [dict(case, module="calc/ops")],
+        "bad-function": [dict(case, function="add()")],
+        "args-not-list": [dict(case, args_json='{"a": 2}')],
+        "expected-not-json": [dict(case, expected_json="five")],
+        "encoded-garbage": "[{",
+    }
+    rows = write_jsonl(tmp_path / "synth.jsonl", [
+        swesmith_row("calc-1", repo, hidden_cases=[case]),
+        swesmith_row("calc-2", repo, hidden_cases=json.dumps([case, case])),  # JSON text (parquet writers)
+        swesmith_row("calc-3", repo),  # SWE-smith's own rows carry none
+        *(swesmith_row(f"bad-{name}", repo, hidden_cases=value) for name, value in bad.items()),
+    ])
+    task_set = load_task_set(str(rows))
+    by_id = {task.id: task for task in task_set.tasks}
+    assert by_id["calc-1"].hidden_cases == (HiddenCase("calc.ops", "add", "[2, 3]", "5"),)
+    assert by_id["calc-2"].hidden_cases == (HiddenCase("calc.ops", "add", "[2, 3]", "5"),) * 2
+    assert by_id["calc-3"].hidden_cases == ()
+    assert sorted(s.row.split(" ")[1] for s in task_set.skipped) == sorted(f"(bad-{name})" for name in bad)
+    assert {s.field for s in task_set.skipped} == {"hidden_cases"}
+    reasons = {s.row.split(" ")[1]: s.reason for s in task_set.skipped}
+    assert reasons["(bad-args-not-list)"] == "entry 0: args_json must be a JSON list, got dict"
+
+
 def test_swesmith_image_rows(tmp_path):
     rows = write_jsonl(tmp_path / "smith.jsonl", [{
         "instance_id": "oauthlib__oauthlib.1fd52536.combine_file__abc", "repo": "swesmith/oauthlib__oauthlib.1fd52536",
