@@ -38,6 +38,12 @@ MAX_CALL_CHARS = 2048
 MAX_DIFFERING = 3
 MAX_AGREEING = 1
 
+# Part of a synth stream's key (envs/synth/stream.py): rows made without hidden cases, or under
+# other bounds, are not resumed after as if they were the same stream.
+SETTINGS = {"version": 1, "max_calls_per_function": MAX_CALLS_PER_FUNCTION,
+            "max_seen_per_function": MAX_SEEN_PER_FUNCTION, "max_call_chars": MAX_CALL_CHARS,
+            "max_differing": MAX_DIFFERING, "max_agreeing": MAX_AGREEING}
+
 # Why a kept task got no hidden cases (counted in the synthesis stats).
 NO_CALLS = "no_recorded_call"
 NOT_DISTINGUISHED = "not_distinguished"

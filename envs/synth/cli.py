@@ -2,8 +2,8 @@
 
     swerve tasks synth --repo PATH --out tasks.jsonl -n 20 --seed 0 --timeout-s 1800
 
-Writes one JSON row per kept task (SWE-smith format plus repo_path/family/stratum/split),
-prints a table (id, family, file, #F2P, #P2P) and a summary line.
+Writes one JSON row per kept task (SWE-smith format plus repo_path/family/stratum/split and
+hidden_cases), prints a table (id, family, file, #F2P, #P2P) and summary lines.
 """
 
 from __future__ import annotations
@@ -65,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
           f"kept: {len(rows)}  seconds: {stats.get('seconds', 0.0):.1f}  "
           f"baseline passing tests: {stats.get('baseline_passed', 0)}"
           + (f"  rejected: {rejected}" if rejected else ""))
+    no_hidden = ", ".join(f"{k}={v}" for k, v in sorted(stats.get("no_hidden_cases", {}).items()))
+    print(f"with hidden cases: {stats.get('with_hidden_cases', 0)} of {len(rows)}  "
+          f"replayable recorded calls: {stats.get('replayable_calls', 0)} of {stats.get('recorded_calls', 0)}"
+          + (f"  without: {no_hidden}" if no_hidden else ""))
     print(f"wrote {len(rows)} rows to {out}")
     return 0 if rows else 1
 

@@ -16,7 +16,8 @@ the appending generator accounted for: two processes making the same stream neve
 twice; the one that finds the file grew resumes after the rows it finds there.
 
 A row becomes a Task through the SWE-smith loader (envs/loaders/swesmith.py): its workspace is a
-cached copy of the repository with the row's bug patch applied.
+cached copy of the repository with the row's bug patch applied, and its hidden cases are the row's
+(envs/synth/call_recorder.py).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from envs.cache import cache_root
 from envs.loaders.common import tree_hash
 from envs.loaders.swesmith import row_converter
 from envs.stream import STREAM_SPLIT
+from envs.synth.call_recorder import SETTINGS as HIDDEN_CASE_SETTINGS
 from envs.synth.injector import SynthError, iter_synthesized, left_out_of_copy
 from envs.tasks import Task
 
@@ -236,6 +238,7 @@ class SynthStream:
             "families": list(cfg.families), "max_p2p": cfg.max_p2p, "max_candidates": cfg.max_candidates,
             "max_detailed_failures": cfg.max_detailed_failures, "max_listed_failures": cfg.max_listed_failures,
             "python": cfg.python, "test_args": list(self.test_args),
+            "hidden_cases": HIDDEN_CASE_SETTINGS,
             "excluded": sorted(hashlib.sha256(patch.encode()).hexdigest() for patch in self.exclude_patches),
         }
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]

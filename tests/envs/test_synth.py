@@ -301,6 +301,7 @@ def test_cli_writes_jsonl_and_table(tmp_path, capsys):
     assert len(rows) == 2
     printed = capsys.readouterr().out
     assert "#F2P" in printed and "candidates:" in printed and "kept: 2" in printed
+    assert "with hidden cases: 2 of 2" in printed
     for row in rows:
         assert row["instance_id"] in printed
 
@@ -525,3 +526,37 @@ def test_synthesized_tasks_carry_hidden_cases_with_the_clean_values(tmp_path):
         shutil.copytree(repo, mutated)
         subprocess.run(["patch", "-p1", "-s"], input=row["patch"], text=True, cwd=mutated, check=True)
         assert any(value != want for value, want in zip(_outcomes(mutated, cases), expected))
+
+
+def test_a_synthesized_task_is_graded_on_its_hidden_cases(tmp_path, make_sandbox, monkeypatch):
+    """Loaded back from its row and graded in a sandbox: the gold patch passes every hidden case;
+    a `minus` whose result equals anything passes the tests but none of the hidden cases."""
+    from envs.grader import grade
+    from envs.loaders import load_tasks
+    from envs.pytest_summary import PASSED
+
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
+    repo = make_fixture_repo(tmp_path)
+    rows = synthesize(repo, SynthConfig(num_tasks=2, seed=0, timeout_s=60, families=["change_binary_op"]))
+    (row,) = [r for r in rows if "+    return a + b" in r["patch"]]  # minus: `a - b` -> `a + b`
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    (task,) = load_tasks(str(tmp_path / "rows.jsonl"))
+    assert {(case.module, case.function) for case in task.hidden_cases} == {("calc.ops", "minus")}
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    unfixed = grade(sandbox, task, 60)
+    assert not unfixed.resolved and any(status != PASSED for status in unfixed.hidden_status.values())
+
+    sandbox.write_file(".gold.patch", task.gold_patch)
+    # The fix keeps the file's size and lands within the second the workspace was written: the
+    # bytecode the first grading cached would still look current (pyc checks mtime and size).
+    assert sandbox.exec("patch -p1 < .gold.patch && rm .gold.patch && rm -rf calc/__pycache__").exit_code == 0
+    fixed = grade(sandbox, task, 60)
+    assert fixed.resolved, fixed.output
+    assert list(fixed.hidden_status.values()) == [PASSED] * len(task.hidden_cases)
+
+    always_equal = "\n\ndef minus(a, b):\n    return type('S', (int,), {'__eq__': lambda s, o: True})(0)\n"
+    sandbox.write_file("calc/ops.py", MODULE + always_equal)
+    fooled = grade(sandbox, task, 60)
+    assert set(fooled.test_status.values()) == {PASSED}, fooled.output
+    assert not fooled.resolved and all(status.startswith("FAILED") for status in fooled.hidden_status.values())

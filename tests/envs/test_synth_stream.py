@@ -168,6 +168,18 @@ def test_workspace_has_the_bug_and_the_gold_patch_fixes_it(made, tmp_path):
     stream.close()
 
 
+def test_stream_tasks_carry_their_rows_hidden_cases(made, tmp_path):
+    repo, _, rows = made
+    stream = SynthStream(str(repo), CFG, cache_copy(made, tmp_path), lookahead=1)
+    tasks = [stream.task(i) for i in range(MADE - 1)]
+    stream.close()
+    assert all(task.hidden_cases for task in tasks)
+    for task, row in zip(tasks, rows):
+        carried = [{"module": c.module, "function": c.function, "args_json": c.args_json,
+                    "expected_json": c.expected_json} for c in task.hidden_cases]
+        assert carried == row["hidden_cases"] and carried[0]["module"] == "tally.core"
+
+
 def test_excluded_patches_are_never_handed_out(made, tmp_path):
     repo, cache, rows = made
     held_out = synthesize(repo, SynthConfig(seed=0, num_tasks=2))  # what `swerve tasks synth` writes
