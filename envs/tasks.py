@@ -19,15 +19,40 @@ DEFAULT_SPLIT = "train"
 class HiddenCase:
     """One call the trusted grader makes on the fixed repository, never shown to the agent:
     `module.function(*args)` must return `expected`. Both are JSON of plain values (null, bool,
-    int, float, str, lists, objects with str keys), compared by the host after the call, outside
-    the tested process: an object that compares equal to anything, or one that reads the expected
-    value from a test's frame, cannot pass (envs/hidden_cases.py)."""
-    # Dotted module importable from the workspace root, and a function defined in it.
+    int, float, str, lists, objects with str keys; an exact tuple travels as {"__tuple__": [...]}),
+    compared by the host after the call, outside the tested process: an object that compares equal
+    to anything, or one that reads the expected value from a test's frame, cannot pass
+    (envs/hidden_cases.py, envs/jail/hidden_runner.py).
+
+    The fields after the first four reach bugs in methods and in raised exceptions; their defaults
+    keep a four-field case (micro tasks build them positionally) a plain function call."""
+    # Dotted module importable from the workspace root, and a function defined in it (a dotted
+    # path inside the module, e.g. "Money.parse", is resolved attribute by attribute).
     module: str
     function: str
-    # JSON text of the positional arguments (a list) and of the expected return value.
+    # JSON text of the positional arguments (a list) and of the expected return value: with
+    # `raises`, the JSON of `result_attrs` read from the exception ("null" without them).
     args_json: str
     expected_json: str
+    # JSON list of constructor arguments: `function` is then "Class.method", called on
+    # `Class(*init)`; "" for no receiver ("[]" is a receiver built without arguments).
+    init_json: str = ""
+    # JSON list of [method, args] calls made on the receiver, in order, before the graded one
+    # (stock added before it is counted); their results are not graded.
+    steps_json: str = ""
+    # Attributes read from the result (from each item of an exact list) or from the raised
+    # exception, graded as {name: value}: an object's own __eq__ or __str__ is never trusted.
+    result_attrs: tuple[str, ...] = ()
+    # Whether {"new": "Class", "args": [...]} in args, init and steps is built as
+    # module.Class(*args); off, such a dict is a plain argument.
+    objects: bool = False
+    # "module.qualname" of the exception class the call must raise (exact class, resolved by
+    # name in the sandbox and checked by identity); "" when it must return.
+    raises: str = ""
+
+    def __post_init__(self) -> None:
+        if self.steps_json and not self.init_json:
+            raise ValueError(f"hidden case {self.module}:{self.function}: steps need a receiver (init_json)")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,12 @@ beside the tests (Task.hidden_cases); their expected values are computed by runn
 correct repository (envs/builtin/hidden.py), never written in tasks.json, so they cannot drift
 from the code. They are cached under the same content hash, in `<cache>/hidden/` (the suite
 hash's folder holds workspaces only).
+
+A call may also carry "init" (constructor args: the call is then "<module>:<Class>.<method>" on
+Class(*init)), "steps" ([method, args] calls on that receiver first), "attrs" (attributes graded
+instead of a returned object) and "raises": true (the correct repository raises; the class it
+raises is the expected outcome). {"new": "<Class>", "args": [...]} in args, init or steps is an
+object built in the call's module (HiddenCase.objects).
 """
 from __future__ import annotations
 
@@ -19,10 +25,11 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from envs.builtin.hidden import RUNNER_DIGEST, Call, parse_call, run_calls
+from envs.builtin.hidden import RUNNER_DIGEST, Outcome, parse_call, run_calls
 from envs.cache import build_dir_once, cache_root
 from envs.pytest_summary import PYTEST_COMMAND
 from envs.tasks import HiddenCase, Task
@@ -91,31 +98,64 @@ def _check_repos(suite: dict) -> None:
             raise ValueError(f"{TASKS_FILE}: repository {name!r} has split {meta.get('split')!r}; allowed: {list(SPLITS)}")
 
 
-def hidden_calls(row: dict) -> List[Call]:
-    """The row's hidden calls as (module, function, args); [] for a row without any."""
-    calls = []
-    for entry in row.get("hidden", []):
-        if set(entry) != {"call", "args"} or not isinstance(entry["args"], list):
-            raise ValueError(f"task {row['id']}: a hidden call is {{'call': 'module:function', 'args': [...]}}, got {entry!r}")
-        calls.append((*parse_call(entry["call"]), entry["args"]))
-    return calls
+_CALL_KEYS = {"call", "args", "init", "steps", "attrs", "raises"}
 
 
-def compute_expected(suite: dict) -> Dict[str, List[str]]:
-    """task id -> the JSON text each hidden call returns on the correct repository; one child
-    interpreter per repository. A call that raises or returns a non-plain value is an error."""
-    expected: Dict[str, List[str]] = {}
+def _builds_objects(value) -> bool:
+    if isinstance(value, list):
+        return any(_builds_objects(item) for item in value)
+    return isinstance(value, dict) and (set(value) == {"new", "args"} or any(map(_builds_objects, value.values())))
+
+
+def _hidden_case(task_id: str, entry: dict) -> HiddenCase:
+    """One row entry as a case whose expected outcome is not known yet."""
+    shapes_ok = (
+        {"call", "args"} <= set(entry) <= _CALL_KEYS and isinstance(entry["args"], list)
+        and isinstance(entry.get("init", []), list) and isinstance(entry.get("steps", []), list)
+        and ("steps" not in entry or "init" in entry) and isinstance(entry.get("raises", False), bool)
+        and isinstance(entry.get("attrs", []), list) and all(isinstance(a, str) for a in entry.get("attrs", []))
+    )
+    if not shapes_ok:
+        raise ValueError(f"task {task_id}: a hidden call is {{'call': 'module:function', 'args': [...]}} with optional "
+                         f"'init', 'steps' (needs 'init'), 'attrs' and 'raises': true, got {entry!r}")
+    module, function = parse_call(entry["call"])
+    return HiddenCase(
+        module=module, function=function, args_json=json.dumps(entry["args"]), expected_json="",
+        init_json=json.dumps(entry["init"]) if "init" in entry else "",
+        steps_json=json.dumps(entry["steps"]) if "steps" in entry else "",
+        result_attrs=tuple(entry.get("attrs", ())),
+        objects=_builds_objects([entry["args"], entry.get("init", []), entry.get("steps", [])]),
+    )
+
+
+def hidden_calls(row: dict) -> List[HiddenCase]:
+    """The row's hidden calls, expected outcomes not filled in; [] for a row without any."""
+    return [_hidden_case(row["id"], entry) for entry in row.get("hidden", [])]
+
+
+def _check_outcome(task_id: str, repo: str, entry: dict, outcome: Outcome) -> Outcome:
+    """An outcome on the correct repository is expected only when it is what the row says: a
+    value, or a raise where the row has "raises": true (not a typo's TypeError)."""
+    wants_raise = entry.get("raises", False)
+    if "error" in outcome or ("raised" in outcome) != wants_raise:
+        got = outcome.get("error") or (f"raised {outcome['raised']}" if "raised" in outcome else f"returned {outcome['value']}")
+        raise ValueError(f"task {task_id}: hidden call {entry['call']}(*{json.dumps(entry['args'])}) on the correct "
+                         f"repository {repo}: {got}" + ("; the row expects a raise" if wants_raise else ""))
+    return outcome
+
+
+def compute_expected(suite: dict) -> Dict[str, List[Outcome]]:
+    """task id -> the outcome of each hidden call on the correct repository; one child
+    interpreter per repository. A call that errors, or raises unless the row says so, is an error."""
+    expected: Dict[str, List[Outcome]] = {}
     for repo in suite["repos"]:
         rows = [row for row in suite["tasks"] if row["repo"] == repo and row.get("hidden")]
-        calls = [(row["id"], call) for row in rows for call in hidden_calls(row)]
-        if not calls:
+        entries = [(row["id"], entry) for row in rows for entry in row["hidden"]]
+        if not entries:
             continue
-        outcomes = run_calls(REPOS_DIR / repo, [call for _, call in calls])
-        for (task_id, (module, function, args)), outcome in zip(calls, outcomes):
-            if "error" in outcome:
-                raise ValueError(f"task {task_id}: hidden call {module}:{function}(*{json.dumps(args)}) on the "
-                                 f"correct repository {repo}: {outcome['error']}")
-            expected.setdefault(task_id, []).append(outcome["result"])
+        outcomes = run_calls(REPOS_DIR / repo, [case for row in rows for case in hidden_calls(row)])
+        for (task_id, entry), outcome in zip(entries, outcomes, strict=True):
+            expected.setdefault(task_id, []).append(_check_outcome(task_id, repo, entry, outcome))
     return expected
 
 
@@ -128,7 +168,7 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(staging, path)
 
 
-def expected_values(suite: dict, cache: Path, key: str) -> Dict[str, List[str]]:
+def expected_values(suite: dict, cache: Path, key: str) -> Dict[str, List[Outcome]]:
     """compute_expected, cached under `cache` (a cache root) per suite hash `key` and runner version."""
     path = cache / "hidden" / f"builtin-{key}-{RUNNER_DIGEST}.json"
     if path.is_file():
@@ -138,10 +178,10 @@ def expected_values(suite: dict, cache: Path, key: str) -> Dict[str, List[str]]:
     return expected
 
 
-def _hidden_cases(row: dict, expected: Sequence[str]) -> tuple[HiddenCase, ...]:
+def _hidden_cases(row: dict, expected: Sequence[Outcome]) -> tuple[HiddenCase, ...]:
     return tuple(
-        HiddenCase(module=module, function=function, args_json=json.dumps(args), expected_json=result)
-        for (module, function, args), result in zip(hidden_calls(row), expected, strict=True)
+        replace(case, expected_json=outcome["value"], raises=outcome.get("raised", ""))
+        for case, outcome in zip(hidden_calls(row), expected, strict=True)
     )
 
 

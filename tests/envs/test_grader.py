@@ -203,3 +203,74 @@ def test_hidden_cases_fail_an_always_equal_result(make_sandbox, tmp_path):
     assert fixed.resolved and fixed.hidden_status == {"hidden#0 calc:double": "PASSED"}
     sandbox.write_file("calc.py", "def double(x):\n    return True if x == 2 else x * 2 + 1\n")
     assert grade(sandbox, task, GRADE_TIMEOUT_S).hidden_status == {"hidden#0 calc:double": "FAILED (wrong value)"}
+
+
+def _hidden_task(tmp_path, source, test, cases):
+    """A one-module task (calc.py, test_calc.py) graded with `cases`."""
+    from envs.tasks import Task
+
+    repo = tmp_path / "hidden"
+    repo.mkdir()
+    (repo / "calc.py").write_text(source)
+    (repo / "test_calc.py").write_text(test)
+    return Task(id="hidden-001", repo="t/hidden", workspace_dir=str(repo), problem_statement="p",
+                test_command="python -m pytest -q -rA -p no:cacheprovider", fail_to_pass=("test_calc.py::test_it",),
+                pass_to_pass=(), gold_patch="", stratum="easy", test_files=(), hidden_cases=tuple(cases))
+
+
+_ALWAYS_EQUAL = "class _R(int):\n    def __eq__(self, other):\n        return True\n\n"
+
+
+def test_method_hidden_cases_fail_an_always_equal_result(make_sandbox, tmp_path):
+    """A method called on a receiver built from plain values, and an object graded through its
+    attributes: an always-equal value, returned or held in an attribute, fails either way."""
+    from envs.tasks import HiddenCase
+
+    forged = (_ALWAYS_EQUAL + "class Box:\n    def __init__(self, n):\n        self.n = n\n"
+              "    def doubled(self):\n        return _R(0)\n    def grown(self):\n        return Box(_R(0))\n")
+    test = "from calc import Box\n\ndef test_it():\n    assert Box(2).doubled() == 4 and Box(2).grown().n == 4\n"
+    cases = [HiddenCase("calc", "Box.doubled", "[]", "10", init_json="[5]"),
+             HiddenCase("calc", "Box.grown", "[]", '{"n": 10}', init_json="[5]", result_attrs=("n",))]
+    task = _hidden_task(tmp_path, forged, test, cases)
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    fooled = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert fooled.test_status == {"test_calc.py::test_it": PASSED} and not fooled.resolved
+    assert fooled.hidden_status == {"hidden#0 calc:Box.doubled": "FAILED (TypeError: not a plain JSON value: _R)",
+                                    "hidden#1 calc:Box.grown": "FAILED (TypeError: not a plain JSON value: _R)"}
+    sandbox.write_file("calc.py", "class Box:\n    def __init__(self, n):\n        self.n = n\n"
+                                  "    def doubled(self):\n        return self.n * 2\n"
+                                  "    def grown(self):\n        return Box(self.n * 2)\n")
+    fixed = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert fixed.resolved and set(fixed.hidden_status.values()) == {"PASSED"}, fixed.hidden_status
+
+
+_CHECK = "def check(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
+_DISGUISED = ("class ValueError(Exception):\n    __module__ = 'builtins'\n\n"
+              "def check(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n")
+_REBOUND = ("import builtins\n\nclass Mine(Exception):\n    pass\n\nbuiltins.ValueError = Mine\n\n"
+            "def check(x):\n    if x < 0:\n        raise Mine('negative')\n    return x\n")
+_NO_RAISE = "def check(x):\n    return x\n"
+
+
+@pytest.mark.parametrize("source, verdict", [
+    (_CHECK, "PASSED"),
+    (_DISGUISED, "FAILED (TypeError: raised a class that builtins.ValueError does not name)"),
+    (_REBOUND, "FAILED (raised calc.Mine, expected builtins.ValueError)"),
+    (_NO_RAISE, "FAILED (returned, expected builtins.ValueError raised)"),
+], ids=["correct", "own_class_named_ValueError", "builtins_rebound", "no_raise"])
+def test_exception_hidden_case_needs_the_real_class(make_sandbox, tmp_path, source, verdict):
+    """An expected raise compares the exact class by its module and qualname, and the runner names
+    a class only when that name resolves to it: a class of the tested code's own that calls itself
+    builtins.ValueError, or one bound over builtins.ValueError, is not it."""
+    from envs.tasks import HiddenCase
+
+    test = "import pytest\nfrom calc import check\n\ndef test_it():\n    with pytest.raises(Exception):\n        check(-1)\n"
+    task = _hidden_task(tmp_path, source, test, [HiddenCase("calc", "check", "[-1]", "null", raises="builtins.ValueError")])
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    result = grade(sandbox, task, GRADE_TIMEOUT_S)
+    assert result.hidden_status == {"hidden#0 calc:check": verdict}
+    assert result.resolved == (verdict == "PASSED")
+    # The forgers raise something, so the visible test passes: only the hidden case tells.
+    assert (result.test_status == {"test_calc.py::test_it": PASSED}) == (source != _NO_RAISE)
