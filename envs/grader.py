@@ -109,14 +109,11 @@ def grade(sandbox: Sandbox, task: Task, timeout_s: float) -> GradeResult:
 
 def _grade_reported(sandbox: Sandbox, task: Task, tests: list[str], timeout_s: float) -> GradeResult:
     nonce = secrets.token_hex(8)
-    stage = f".swerve-grade-{nonce}"
     files = {f"swerve_report_{nonce}.py": REPORT_PLUGIN_SOURCE, "tests.txt": "".join(f"{t}\n" for t in tests)}
     if task.hidden_cases:
         files.update({"hidden_runner.py": RUNNER_SOURCE, "cases.json": runner_input(task.hidden_cases)})
-    for name, content in files.items():
-        sandbox.write_file(f"{stage}/{name}", content)
     hidden_s = min(HIDDEN_TIMEOUT_S, timeout_s / 4)
-    result = sandbox.exec(_script(task.test_command, tests, nonce, stage, hidden_s), timeout_s=timeout_s + hidden_s)
+    result = sandbox.exec(_script(task.test_command, tests, nonce, files, hidden_s), timeout_s=timeout_s + hidden_s)
     report, hidden_json, output, problems = _read_frame(result.output, nonce)
     if result.timed_out:
         problems.append(f"the test run timed out after {timeout_s:.0f} s")
@@ -131,14 +128,18 @@ def _grade_reported(sandbox: Sandbox, task: Task, tests: list[str], timeout_s: f
                        hidden_status=hidden, problems=problems)
 
 
-def _script(command: str, tests: list[str], nonce: str, stage: str, hidden_s: float) -> str:
-    """One bash script: the staged files move out of the workspace into a fresh folder, the
-    tests run with the plugin, then the hidden cases; the frame is printed last, after every
-    process the tests started in the foreground ended."""
+def _script(command: str, tests: list[str], nonce: str, files: Dict[str, str], hidden_s: float) -> str:
+    """One bash script: the grader's files are written by the command's own user into a fresh
+    folder outside the workspace (a container backend writes files as another user), the tests
+    run with the plugin, then the hidden cases; the frame is printed last, after every process
+    the tests started in the foreground ended."""
     mark = f"SWERVE-GRADE-{nonce}"
     ids = " ".join(shlex.quote(t) for t in tests)
+    writes = [f"printf %s {base64.b64encode(content.encode()).decode()} | base64 -d > \"$d/{name}\" || exit 97"
+              for name, content in files.items()]
     return "\n".join([
-        f'd=$(mktemp -d /tmp/swerve-grade.XXXXXXXX) && mv {stage}/* "$d"/ && rmdir {stage} || exit 97',
+        "d=$(mktemp -d /tmp/swerve-grade.XXXXXXXX) || exit 97",
+        *writes,
         f'(export PYTHONPATH="$d${{PYTHONPATH:+:$PYTHONPATH}}" SWERVE_REPORT_PATH="$d/report.json" '
         f'SWERVE_REPORT_TESTS="$d/tests.txt"; exec {command} -p swerve_report_{nonce} {ids}) </dev/null >"$d/out.log" 2>&1',
         "code=$?",

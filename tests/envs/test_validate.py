@@ -40,7 +40,7 @@ def test_broken_tasks_are_quarantined_with_a_reason(make_sandbox, two_tasks):
     broken = [
         replace(good, id="no-fix", gold_patch=NEW_FILE),
         replace(good, id="no-apply", gold_patch=reverse_patch(good.gold_patch)),
-        replace(good, id="already-passing", fail_to_pass=()),
+        replace(good, id="already-passing", fail_to_pass=(), hidden_cases=()),
         replace(good, id="no-gold", gold_patch=""),
     ]
     results = {r.task_id: r for r in _validate_all(broken, make_sandbox, TIMEOUT_S)}
