@@ -78,7 +78,7 @@ class CallBook:
         """(module, function, calls) for a mutation in `file` inside `scope` (its enclosing
         qualified name): the top of the scope is the module-level function whose calls reach it."""
         module, function = module_name(file), scope.split(".")[0]
-        return module, function, self.calls.get((module, function), []) if scope else []
+        return module, function, (self.calls.get((module, function), []) if scope else [])
 
     def cases(self, workdir: Path, file: str, scope: str, python: str,
               timeout_s: float) -> Tuple[List[dict], Optional[str]]:
