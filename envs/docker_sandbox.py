@@ -215,14 +215,9 @@ class DockerSandbox:
 
     def reset(self) -> None:
         self._lease()  # no lease is the caller's error, never a reason to make one
-        try:
-            self._root_sh(restore_script(self.workdir), "reset the workspace")
-        except InfraError as error:
-            # What the agent left can be more than a restore deletes within docker_cli_timeout_s
-            # (or at all): a fresh container of the same task is the pristine workspace too, and
-            # a failure to make one is the infra error.
-            log.warning("%s; replacing the container", error)
-            self.start(self._task)
+        # A restore that what the agent left defeats raises; the grader then replaces the lease
+        # (envs/pristine_view.py) and the attempt scores 0.
+        self._root_sh(restore_script(self.workdir), "reset the workspace")
 
     def close(self) -> None:
         container, self.container = self.container, None

@@ -178,14 +178,9 @@ class E2BSandbox:
 
     def reset(self) -> None:
         self._lease()  # no lease is the caller's error, never a reason to make one
-        try:
-            self._run_root(restore_script(self.workdir), "reset the workspace")
-        except InfraError as error:
-            # What the agent left can be more than a restore deletes in time (or at all): a fresh
-            # sandbox of the same task is the pristine workspace too, and a failure to make one
-            # is the infra error.
-            log.warning("%s; replacing the sandbox", error)
-            self.start(self._task)
+        # A restore that what the agent left defeats raises; the grader then replaces the lease
+        # (envs/pristine_view.py) and the attempt scores 0.
+        self._run_root(restore_script(self.workdir), "reset the workspace")
 
     def close(self) -> None:
         box, self._box = self._box, None

@@ -79,7 +79,7 @@ def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnv
         return _refused(sandbox, task, refused, tampered)
     written = {path: sandbox.read_file(path) for path in carried}
     executable = {path for path in written if now.entries[path][1].endswith("x")}
-    refused = _reset(sandbox, task)
+    refused = reset_or_replace(sandbox, task)
     if refused:
         return CapturedChange(written={}, deleted=(), model_patch="", tampered=tampered, refused=refused)
     altered = _differences(pristine, sandbox, swe)
@@ -100,12 +100,12 @@ def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnv
 
 
 def _refused(sandbox: Sandbox, task: Task, reason: str, tampered: Optional[Dict[str, str]] = None) -> CapturedChange:
-    reset_failure = _reset(sandbox, task)
+    reset_failure = reset_or_replace(sandbox, task)
     return CapturedChange(written={}, deleted=(), model_patch="", tampered=dict(tampered or {}),
                           refused="; ".join(filter(None, [reason, reset_failure])))
 
 
-def _reset(sandbox: Sandbox, task: Task) -> str:
+def reset_or_replace(sandbox: Sandbox, task: Task) -> str:
     """Reset the workspace; when what the agent left defeats the reset, the sandbox is replaced
     by a fresh lease on the same task and the attempt is refused ("" when the reset worked). A
     fresh lease that cannot start either is the machinery's failure: InfraError."""

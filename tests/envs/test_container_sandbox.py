@@ -84,13 +84,16 @@ def test_a_container_reset_deletes_deep_many_and_odd_trees_in_place(e2b_box):
 
 
 def test_a_container_reset_that_cannot_complete_replaces_the_sandbox(e2b_box, monkeypatch):
+    """The grader's reset (envs/pristine_view.py): a restore the workspace defeats replaces the lease."""
     from envs import e2b_sandbox
+    from envs.pristine_view import reset_or_replace
 
     original = e2b_box.read_file("textkit/case.py")
     e2b_box.exec("echo broken > textkit/case.py")
     used = e2b_box._box  # offline, every sandbox has the same id: the client object tells them apart
     monkeypatch.setattr(e2b_sandbox, "restore_script", lambda workdir: "exit 1")  # as a restore past its deadline
-    e2b_box.reset()
+    reason = reset_or_replace(e2b_box, e2b_box._task)
+    assert "the sandbox was replaced" in reason
     assert e2b_box._box is not used and e2b_box.read_file("textkit/case.py") == original
 
 
@@ -115,6 +118,7 @@ def test_a_docker_reset_that_cannot_complete_replaces_the_container(tmp_path, mo
 
     from configs.schema import SandboxConfig
     from envs.docker_sandbox import DockerSandbox
+    from envs.pristine_view import reset_or_replace
 
     (tmp_path / "bin").mkdir()
     script = tmp_path / "bin" / "docker"
@@ -125,7 +129,7 @@ def test_a_docker_reset_that_cannot_complete_replaces_the_container(tmp_path, mo
     box = DockerSandbox(SandboxConfig(docker_image="python:3.11-slim"))
     box.start(task_by_id["textkit-001"])
     used = box.container
-    box.reset()
+    assert "the sandbox was replaced" in reset_or_replace(box, task_by_id["textkit-001"])
     calls = [json.loads(line) for line in (tmp_path / "docker.log").read_text().splitlines()]
     assert box.container != used and ["rm", "-f", "-v", used] in calls
     assert [call[0] for call in calls].count("run") == 2
