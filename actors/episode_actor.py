@@ -132,6 +132,7 @@ class EpisodeActor:
                 traj.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
                 if "model_patch" in info:
                     traj.model_patch, traj.tampered = info["model_patch"], dict(info.get("tampered", {}))
+                    traj.unresolved_reason = info.get("unresolved_reason", "")
                 else:
                     traj.model_patch, traj.tampered = self._final_change()
                 return

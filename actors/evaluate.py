@@ -199,7 +199,8 @@ def predictions(tasks: Sequence, trajectories: Sequence[Trajectory], model_name:
 def attempt_records(trajectories: Sequence[Trajectory]) -> list[dict]:
     """attempts.jsonl: every attempt's transcript and outcome (infra errors included), to read
     what a policy does on held-out tasks without re-running it."""
-    keys = ("task_id", "member", "attempt", "outcome", "infra_source", "turns", "error", "tampered", "messages")
+    keys = ("task_id", "member", "attempt", "outcome", "infra_source", "turns", "error", "tampered",
+            "unresolved_reason", "messages")
     records = []
     for traj in sorted(trajectories, key=lambda t: (t.task_id, t.member, t.attempt)):
         summary = traj.summary()

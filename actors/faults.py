@@ -16,6 +16,7 @@ from typing import Optional
 import ray
 
 from configs.schema import FaultsConfig
+from envs.grader import GRADING_MARK
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
 from policies.sample_types import SampleOutput, SampleRequest
@@ -94,7 +95,7 @@ class FaultySandbox:
         self._test_command = task.test_command
 
     def exec(self, command: str, timeout_s: Optional[float] = None) -> ExecResult:
-        grading = bool(self._test_command) and command.startswith(self._test_command)
+        grading = bool(self._test_command) and (command.startswith(self._test_command) or GRADING_MARK in command)
         if grading and self.plan.draw("grader_crash", self.plan.cfg.grader_crash_rate):
             self.lease.kill()
         else:

@@ -49,6 +49,9 @@ class Trajectory:
     model_patch: str = ""
     # Protected paths the attempt changed -> why (envs/protection.py); non-empty: it tampered.
     tampered: dict[str, str] = field(default_factory=dict)
+    # Why an unresolved attempt was not graded by its tests (what it left beyond env.swe's bounds,
+    # a clash with the graded view, a reset it defeated); "" when its tests decided.
+    unresolved_reason: str = ""
 
     @property
     def is_infra_error(self) -> bool:
@@ -77,6 +80,7 @@ class Trajectory:
             "versions": sorted(set(v for v, m in zip(self.versions, self.loss_mask) if m)),
             "error": self.error,
             "tampered": dict(self.tampered),
+            "unresolved_reason": self.unresolved_reason,
             "messages": self.messages,
         }
 

@@ -14,6 +14,7 @@ same env and sandbox, must resolve.
 """
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List
@@ -190,4 +191,8 @@ def play_red_team(work_dir: str) -> Dict:
     forged = [p for p in played if p["klass"] == "forge"]
     return {"red_team_tried": len(played), "red_team_rewarded": sum(p["reward"] > 0 for p in forged),
             "red_team_laundered": sum(p["laundered"] for p in played if p["klass"] == "launder"),
+            # What grading cost the host: the slowest submit, and this process's peak memory (the
+            # listing, capture and grading side; the sandbox's processes are bounded by its rlimits).
+            "red_team_submit_s_max": max((p.get("submit_s") or 0.0 for p in played), default=0.0),
+            "red_team_host_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "red_team_attempts": played}

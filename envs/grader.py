@@ -49,6 +49,8 @@ SHOWN_OUTPUT_BYTES = 32768
 # Hidden cases run after the tests, each run's share of the grading limit at most this.
 HIDDEN_TIMEOUT_S = 60.0
 _SHELL_OPERATORS = re.compile(r"[;&|<>`$()]")
+# Begins every line of the grader's frame (with a nonce); a command holding it is a grading run.
+GRADING_MARK = "SWERVE-GRADE-"
 
 
 def patched_files(diff: str) -> list[str]:
@@ -133,7 +135,7 @@ def _script(command: str, tests: list[str], nonce: str, files: Dict[str, str], h
     folder outside the workspace (a container backend writes files as another user), the tests
     run with the plugin, then the hidden cases; the frame is printed last, after every process
     the tests started in the foreground ended."""
-    mark = f"SWERVE-GRADE-{nonce}"
+    mark = f"{GRADING_MARK}{nonce}"
     ids = " ".join(shlex.quote(t) for t in tests)
     writes = [f"printf %s {base64.b64encode(content.encode()).decode()} | base64 -d > \"$d/{name}\" || exit 97"
               for name, content in files.items()]
@@ -158,7 +160,7 @@ def _read_frame(output: str, nonce: str) -> tuple[Optional[dict], Optional[str],
     """(report, hidden results JSON, the shown test output, problems) from the script's output.
     The frame must be the output's end and appear once: a process that wrote a second one, or
     wrote after it, leaves a frame the grader does not trust."""
-    mark = f"SWERVE-GRADE-{nonce}"
+    mark = f"{GRADING_MARK}{nonce}"
     match = re.search(rf"\n{mark} (-?\d+)\n([A-Za-z0-9+/=]*)\n{mark} hidden\n([A-Za-z0-9+/=]*)\n{mark} end\n\Z",
                       output)
     if match is None or output.count(mark) != 3:
