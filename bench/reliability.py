@@ -32,25 +32,52 @@ GRADER_OVERRIDES = ("engine.backend=sim", "engine.sim.cap_fraction=0", "engine.s
                     "engine.sim.submit_turn_max=2", "engine.sim.command=true")
 
 
-def tamper_run(cfg: Config, work: Path, steps: int) -> dict:
-    """The tamper catalogue (bench/tamper_catalogue.py) played once, and an RL run whose scripted
-    agent plants a report-rewriting conftest.py at every turn: no reward may come of either."""
+# One scripted agent's command (engine.sim.command) that leaves, at random, what the listing,
+# the reset or grading once could not handle: deep trees in the workspace and the jail's /tmp,
+# a 200 GB sparse file, a name that is not UTF-8, a folder replaced by a file.
+SIM_LAUNDER_COMMAND = (
+    "case $((RANDOM % 5)) in 0) for i in $(seq 2000); do mkdir d && cd d || break; done;; "
+    "1) cd /tmp && for i in $(seq 2000); do mkdir d && cd d || break; done;; 2) truncate -s 200G sparse.bin;; "
+    "3) touch \"$(printf 'bad\\377.py')\";; *) f=$(ls -d */ | head -1); rm -rf \"$f\" && echo x > \"$(basename $f)\";; esac")
+
+
+def _scripted_agent_run(cfg: Config, work: Path, name: str, steps: int, command: str) -> dict:
+    """An RL run on Ray (episode actors, sandboxes, collector, trainer) whose scripted agent runs
+    `command` at turn 1 and submits at turn 2: its metrics and accounting."""
     from actors.driver import train
     from actors.launch import init_ray
+
+    overrides = ["engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=2",
+                 "engine.sim.submit_turn_max=2", "engine.sim.tokens_per_turn_min=600",
+                 "engine.sim.tokens_per_turn_max=600", "rollout.max_tokens_per_turn=640", "rollout.max_turns=2"]
+    run_cfg = _config(cfg, work, [f"run.dir={work}", f"run.name={name}", f"trainer.total_steps={steps}", *overrides])
+    run_cfg.engine.sim.command = command  # set here, not as an override: a shell line is no YAML scalar
+    init_ray(run_cfg)
+    run = train(run_cfg)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {"rows": rows, "accounting": json.loads((run / "accounting.json").read_text())}
+
+
+def tamper_run(cfg: Config, work: Path, steps: int) -> dict:
+    """The tamper catalogue (bench/tamper_catalogue.py) and the red team's (bench/red_team.py)
+    played once, an RL run whose scripted agent plants a report-rewriting conftest.py at every
+    turn, and one whose agent leaves what once became infra errors: no reward may come of any,
+    and the second run may exclude nothing and quarantine nothing."""
+    from bench.red_team import play_red_team
     from bench.tamper_catalogue import SIM_TAMPER_COMMAND, play_catalogue
 
     (work / "catalogue").mkdir()
     report = play_catalogue(str(work / "catalogue"))
-    # Every episode tampers at turn 1 and submits at turn 2 (replies long enough for the command).
-    overrides = ["engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=2",
-                 "engine.sim.submit_turn_max=2", f"engine.sim.command={SIM_TAMPER_COMMAND}",
-                 "engine.sim.tokens_per_turn_min=300", "engine.sim.tokens_per_turn_max=300",
-                 "rollout.max_tokens_per_turn=320", "rollout.max_turns=2"]
-    run_cfg = _config(cfg, work, [f"run.dir={work}", "run.name=rl", f"trainer.total_steps={steps}", *overrides])
-    init_ray(run_cfg)
-    rows = [json.loads(line) for line in (train(run_cfg) / "metrics.jsonl").read_text().splitlines()]
-    report["rl_tamper_rate"] = min(r["tamper_rate"] or 0.0 for r in rows)
-    report["rl_reward_max"] = max(r["reward_mean"] or 0.0 for r in rows)
+    (work / "red_team").mkdir()
+    report.update(play_red_team(str(work / "red_team")))
+    rl = _scripted_agent_run(cfg, work, "rl", steps, SIM_TAMPER_COMMAND)
+    report["rl_tamper_rate"] = min(r["tamper_rate"] or 0.0 for r in rl["rows"])
+    report["rl_reward_max"] = max(r["reward_mean"] or 0.0 for r in rl["rows"])
+    launder = _scripted_agent_run(cfg, work, "rl-launder", steps, SIM_LAUNDER_COMMAND)
+    acc = launder["accounting"]
+    report.update({"rl_launder_reward_max": max(r["reward_mean"] or 0.0 for r in launder["rows"]),
+                   "rl_launder_infra_excluded": acc["infra_excluded"], "rl_launder_quarantined": acc["quarantined"],
+                   "rl_launder_trained": acc["trained"]})
     return report
 
 
@@ -203,6 +230,11 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
         "bad_inputs_tried": bad.get("bad_inputs_tried", 0), "bad_inputs_refused": bad.get("bad_inputs_refused", 0),
         "tampers_tried": tamper.get("tampers_tried", 0), "tampers_rewarded": tamper.get("tampers_rewarded", 0),
         "tampers_flagged": tamper.get("tampers_flagged", 0), "tampers_writing": tamper.get("tampers_writing", 0),
+        "red_team_tried": tamper.get("red_team_tried", 0), "red_team_rewarded": tamper.get("red_team_rewarded", 0),
+        "red_team_laundered": tamper.get("red_team_laundered", 0),
+        "rl_launder_reward_max": tamper.get("rl_launder_reward_max"),
+        "rl_launder_infra_excluded": tamper.get("rl_launder_infra_excluded"),
+        "rl_launder_quarantined": tamper.get("rl_launder_quarantined"),
         "rl_tamper_rate": tamper.get("rl_tamper_rate"), "rl_tamper_reward_max": tamper.get("rl_reward_max"),
         "faults_by_kind": faults, "scenarios": list(details),
         "heal_s_by_role": details.get("roles", {}).get("heal_s", {}),
@@ -214,7 +246,9 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
     result["met"] = (recovered == injected and result["samples_lost"] == 0 and result["trained_twice"] == 0
                      and result["bad_inputs_refused"] == result["bad_inputs_tried"]
                      and result["tampers_rewarded"] == 0 and result["tampers_flagged"] == result["tampers_writing"]
-                     and not result["rl_tamper_reward_max"])
+                     and not result["rl_tamper_reward_max"] and result["red_team_rewarded"] == 0
+                     and result["red_team_laundered"] == 0 and not result["rl_launder_reward_max"]
+                     and not result["rl_launder_infra_excluded"] and not result["rl_launder_quarantined"])
     return result
 
 
@@ -234,7 +268,14 @@ def write_report(result: dict) -> None:
              f"| tamper attempts rewarded (must be 0) | {result['tampers_rewarded']} |",
              f"| writing tamper attempts flagged (must be all {result['tampers_writing']}) | {result['tampers_flagged']} |",
              f"| RL run with a tampering agent: tamper_rate / best reward_mean (must be 0) | "
-             f"{result['rl_tamper_rate']} / {result['rl_tamper_reward_max']} |", "", "Per fault:", "",
+             f"{result['rl_tamper_rate']} / {result['rl_tamper_reward_max']} |",
+             f"| red team attempts tried (bench/red_team.py, 3 task shapes) | {result['red_team_tried']} |",
+             f"| red team forgeries rewarded (must be 0) | {result['red_team_rewarded']} |",
+             f"| red team attempts laundered into infra errors or a broken sandbox (must be 0) | "
+             f"{result['red_team_laundered']} |",
+             f"| RL run with a laundering agent: best reward_mean / infra_excluded / quarantined (must be 0) | "
+             f"{result['rl_launder_reward_max']} / {result['rl_launder_infra_excluded']} / "
+             f"{result['rl_launder_quarantined']} |", "", "Per fault:", "",
              "| role fault (scenario `roles`) | time to heal (s) |", "|---|---|",
              *(f"| {kind} | {value} |" for kind, value in result.get("heal_s_by_role", {}).items()),
              "", "Time to heal: from the fault to the run's next finished step (after a rollback, the step it had "

@@ -38,6 +38,7 @@ def test_overrides_after_options_are_accepted():
     assert args.name == "sandbox_start" and extra == ["sandbox.pool_size=2"]
 
 
+@pytest.mark.timeout(900)  # four scenarios, three of them training runs on Ray
 def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_path, monkeypatch):
     from pathlib import Path
 
@@ -48,6 +49,11 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     # Tiny size: the restart-torture and node-loss scenarios run in their own tests
     # (test_restart_torture.py, test_faults.py); here the entry point, the fault runs and the catalog.
     monkeypatch.setattr(bench_reliability, "SCENARIOS", ("faults", "grader", "bad_inputs", "tamper"))
+    # One forgery and one laundering: the whole red team is played in tests/bench/test_red_team.py.
+    from bench import red_team
+
+    monkeypatch.setattr(red_team, "CATALOGUE", [next(a for a in red_team.CATALOGUE if a.klass == klass)
+                                                for klass in ("forge", "launder")])
     assert main(["bench", "reliability", "--config", str(repo / "tests" / "smoke.yaml"), "--repetitions", "1",
                  f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
                  "rollout.max_tokens_per_turn=16"]) == 0
@@ -59,6 +65,10 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     assert result["tampers_tried"] >= 12 and result["tampers_rewarded"] == 0
     assert result["tampers_flagged"] == result["tampers_writing"] >= 12
     assert result["rl_tamper_rate"] == 1.0 and result["rl_tamper_reward_max"] == 0.0
+    assert result["red_team_tried"] == 6 and result["red_team_rewarded"] == 0 and result["red_team_laundered"] == 0
+    # Through episode actors on Ray: the laundering agent's failures are its own, never excluded or quarantined.
+    assert result["rl_launder_reward_max"] == 0.0 and result["rl_launder_infra_excluded"] == 0
+    assert result["rl_launder_quarantined"] == 0 and result["details"]["tamper"]["rl_launder_trained"] >= 1
     grader = result["faults_by_kind"]["grader_crash"]
     assert grader["injected"] >= 1 and grader["sources"] == {"grader": grader["injected"]}
     assert result["samples_lost"] == 0 and result["trained_twice"] == 0
