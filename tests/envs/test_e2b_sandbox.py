@@ -213,7 +213,7 @@ import e2b
 e2b.Sandbox.kill = lambda self, **kw: print("KILLED", self.sandbox_id, flush=True) or True
 from configs.schema import SandboxConfig
 from envs.e2b_sandbox import E2BSandbox
-from envs.tasks import Task
+from envs.tasks import HiddenCase, Task  # the task's repr names both
 box = E2BSandbox(SandboxConfig(container_workdir={str(tmp_path / 'owner' / 'ws')!r}))
 task = Task(**{repr(task_by_id["textkit-001"].__dict__)})
 box.start(task)
