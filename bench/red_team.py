@@ -138,7 +138,10 @@ CATALOGUE: List[RedTeamAttempt] = [
     RedTeamAttempt("thousands_of_executables", "launder", _files(1500, 120, executable=True)),
     RedTeamAttempt("listing_bigger_than_the_output_cap", "launder", _files(12000, 120)),
     RedTeamAttempt("more_entries_than_the_listing_bound", "launder", _files(210_000, 8)),
-    RedTeamAttempt("sparse_file_of_200_gb", "launder", lambda t: ("truncate -s 200G sparse.bin",)),
+    # The lease's file-size rlimit (sandbox.max_file_mb) stops the 200 GB one where it applies;
+    # the 60 MB one fits under it and is listed by its size, never read.
+    RedTeamAttempt("sparse_files_of_200_gb_and_60_mb", "launder",
+                   lambda t: ("truncate -s 200G sparse.bin; truncate -s 60M sparse60.bin",)),
     RedTeamAttempt("one_20_mib_file", "launder", _big_files(1, 20)),
     RedTeamAttempt("six_3_mib_files", "launder", _big_files(6, 3)),
     RedTeamAttempt("fifo_and_socket", "launder",

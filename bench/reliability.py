@@ -34,10 +34,10 @@ GRADER_OVERRIDES = ("engine.backend=sim", "engine.sim.cap_fraction=0", "engine.s
 
 # One scripted agent's command (engine.sim.command) that leaves, at random, what the listing,
 # the reset or grading once could not handle: deep trees in the workspace and the jail's /tmp,
-# a 200 GB sparse file, a name that is not UTF-8, a folder replaced by a file.
+# a 60 MB sparse file, a name that is not UTF-8, a folder replaced by a file.
 SIM_LAUNDER_COMMAND = (
     "case $((RANDOM % 5)) in 0) for i in $(seq 2000); do mkdir d && cd d || break; done;; "
-    "1) cd /tmp && for i in $(seq 2000); do mkdir d && cd d || break; done;; 2) truncate -s 200G sparse.bin;; "
+    "1) cd /tmp && for i in $(seq 2000); do mkdir d && cd d || break; done;; 2) truncate -s 60M sparse.bin;; "
     "3) touch \"$(printf 'bad\\377.py')\";; *) f=$(ls -d */ | head -1); rm -rf \"$f\" && echo x > \"$(basename $f)\";; esac")
 
 

@@ -70,6 +70,23 @@ def _probe(command: str, contained: Callable[[str, dict, Optional[int]], bool], 
     return run
 
 
+def _left_behind(command: str) -> Callable[[Path], ProbeResult]:
+    """A workspace the agent leaves beyond what grading reads: the submit must end the episode
+    as the agent's own outcome (unresolved, with the reason), never an error or infra_error."""
+    def run(tmp_dir: Path) -> ProbeResult:
+        task = load_task_set("builtin", ids=[TASK_ID]).tasks[0]
+        env = SWEEnv(sandbox=SandboxConfig(workdir_root=str(tmp_dir), isolation="bwrap", command_timeout_s=30.0))
+        try:
+            env.reset(options={"task": task})
+            env.step(f"```bash\n{command}\n```")
+            _, reward, terminated, _, info = env.step("```bash\nsubmit\n```")
+        finally:
+            env.close()
+        own = terminated and reward == 0.0 and info["outcome"] == "unresolved" and bool(info["unresolved_reason"])
+        return ProbeResult(own, f"{info['outcome']}: {info['unresolved_reason']}")
+    return run
+
+
 def _injection(tmp_dir: Path) -> ProbeResult:
     observation = run_in_episode(tmp_dir, INJECTION)[0]
     shown = neutralize_special_tokens(observation)
@@ -99,4 +116,12 @@ PROBES = [
                  host_path=Path("/etc") / MARKER),
           "Read-only file system", needs="bwrap"),
     Probe("command_output_prompt_injection", "command", _injection, "neutralized", needs="bwrap"),
+    Probe("workspace_deeper_than_the_listing_walks", "command",
+          _left_behind("python3 -c \"import os\nfor _ in range(3000): os.mkdir('d'); os.chdir('d')\""),
+          "env.swe.listing_max_depth", needs="bwrap"),
+    Probe("workspace_with_a_60_mb_sparse_file", "command", _left_behind("truncate -s 60M sparse.bin"),
+          "env.swe.max_file_bytes", needs="bwrap"),
+    Probe("workspace_with_18_mib_of_changes", "command",
+          _left_behind("for i in 1 2 3 4 5 6; do head -c 3145728 /dev/zero | tr '\\0' x > blob$i.txt; done"),
+          "env.swe.max_change_bytes", needs="bwrap"),
 ]
