@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 import secrets
 import shlex
@@ -114,7 +115,8 @@ def _grade_reported(sandbox: Sandbox, task: Task, tests: list[str], timeout_s: f
     files = {f"swerve_report_{nonce}.py": REPORT_PLUGIN_SOURCE, "tests.txt": "".join(f"{t}\n" for t in tests)}
     if task.hidden_cases:
         files.update({"hidden_runner.py": RUNNER_SOURCE, "cases.json": runner_input(task.hidden_cases)})
-    hidden_s = min(HIDDEN_TIMEOUT_S, timeout_s / 4)
+    # Whole seconds, at least one: `timeout 0` would mean no limit at all.
+    hidden_s = max(1, math.ceil(min(HIDDEN_TIMEOUT_S, timeout_s / 4)))
     result = sandbox.exec(_script(task.test_command, tests, nonce, files, hidden_s), timeout_s=timeout_s + hidden_s)
     report, hidden_json, output, problems = _read_frame(result.output, nonce)
     if result.timed_out:
@@ -130,7 +132,7 @@ def _grade_reported(sandbox: Sandbox, task: Task, tests: list[str], timeout_s: f
                        hidden_status=hidden, problems=problems)
 
 
-def _script(command: str, tests: list[str], nonce: str, files: Dict[str, str], hidden_s: float) -> str:
+def _script(command: str, tests: list[str], nonce: str, files: Dict[str, str], hidden_s: int) -> str:
     """One bash script: the grader's files are written by the command's own user into a fresh
     folder outside the workspace (a container backend writes files as another user), the tests
     run with the plugin, then the hidden cases; the frame is printed last, after every process
@@ -145,7 +147,7 @@ def _script(command: str, tests: list[str], nonce: str, files: Dict[str, str], h
         f'(export PYTHONPATH="$d${{PYTHONPATH:+:$PYTHONPATH}}" SWERVE_REPORT_PATH="$d/report.json" '
         f'SWERVE_REPORT_TESTS="$d/tests.txt"; exec {command} -p swerve_report_{nonce} {ids}) </dev/null >"$d/out.log" 2>&1',
         "code=$?",
-        f'if [ -f "$d/cases.json" ]; then timeout -s KILL {hidden_s:.0f} python -I "$d/hidden_runner.py" '
+        f'if [ -f "$d/cases.json" ]; then timeout -s KILL {hidden_s} python -I "$d/hidden_runner.py" '
         f'"$d/cases.json" "$d/hidden.json" </dev/null >/dev/null 2>&1; fi',
         f'tail -c {SHOWN_OUTPUT_BYTES} "$d/out.log"',
         f"printf '\\n{mark} %s\\n' \"$code\"",

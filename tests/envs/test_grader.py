@@ -274,3 +274,27 @@ def test_exception_hidden_case_needs_the_real_class(make_sandbox, tmp_path, sour
     assert result.resolved == (verdict == "PASSED")
     # The forgers raise something, so the visible test passes: only the hidden case tells.
     assert (result.test_status == {"test_calc.py::test_it": PASSED}) == (source != _NO_RAISE)
+
+
+def test_a_hidden_case_that_never_returns_fails_within_its_share_of_the_limit(make_sandbox, tmp_path):
+    """The hidden cases get min(60 s, a quarter of the grading limit), whole seconds, at least 1."""
+    import time
+
+    from envs.tasks import HiddenCase, Task
+
+    repo = tmp_path / "loop"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def double(x):\n    while True:\n        pass\n")
+    (repo / "test_calc.py").write_text("def test_nothing():\n    assert True\n")
+    task = Task(id="loop-001", repo="t/loop", workspace_dir=str(repo), problem_statement="p",
+                test_command="python -m pytest -q -rA -p no:cacheprovider", fail_to_pass=("test_calc.py::test_nothing",),
+                pass_to_pass=(), gold_patch="", stratum="easy", test_files=(),
+                hidden_cases=(HiddenCase("calc", "double", "[1]", "2"),))
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    started_s = time.monotonic()
+    result = grade(sandbox, task, timeout_s=2.0)
+    print(f"graded in {time.monotonic() - started_s:.1f} s")
+    assert result.test_status == {"test_calc.py::test_nothing": PASSED} and not result.problems
+    assert result.hidden_status == {"hidden#0 calc:double": "FAILED (no results from the runner)"}
+    assert not result.resolved
