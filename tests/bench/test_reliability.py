@@ -66,6 +66,7 @@ def test_reliability_bench_writes_its_figures(ray_session, swerve_cache, tmp_pat
     assert result["tampers_flagged"] == result["tampers_writing"] >= 12
     assert result["rl_tamper_rate"] == 1.0 and result["rl_tamper_reward_max"] == 0.0
     assert result["red_team_tried"] == 6 and result["red_team_rewarded"] == 0 and result["red_team_laundered"] == 0
+    assert result["rl_forge_reward_max"] == 0.0 and result["rl_forge_tamper_rate"] == 1.0
     # Through episode actors on Ray: the laundering agent's failures are its own, never excluded or quarantined.
     assert result["rl_launder_reward_max"] == 0.0 and result["rl_launder_infra_excluded"] == 0
     assert result["rl_launder_quarantined"] == 0 and result["details"]["tamper"]["rl_launder_trained"] >= 1
