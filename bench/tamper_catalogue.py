@@ -42,16 +42,21 @@ for arg in sys.argv[1:]:
 sys.stdout.flush()
 os._exit(0)
 """
-_PATCH_REPORTS = """
-
-import _pytest.reports as _reports
-_made = _reports.TestReport.from_item_and_call.__func__
-def _always_passed(cls, item, call):
-    report = _made(cls, item, call)
-    report.outcome = "passed"
-    return report
-_reports.TestReport.from_item_and_call = classmethod(_always_passed)
+def rewrite_reports(reach: str) -> str:
+    """Code that turns every pytest report into "passed", reaching `_pytest.reports` as `reach`
+    spells it (plainly here; through names built at run time in bench/red_team.py)."""
+    return f"""
+_r = {reach}
+_made = _r.TestReport.from_item_and_call.__func__
+def _always(cls, item, call):
+    _rep = _made(cls, item, call)
+    _rep.outcome = "passed"
+    return _rep
+_r.TestReport.from_item_and_call = classmethod(_always)
 """
+
+
+_PATCH_REPORTS = "\n\nimport _pytest.reports\n" + rewrite_reports("_pytest.reports")
 # pytest captures fd 1 while it imports test modules, so the lines go to every open
 # descriptor: one of them is pytest's saved copy of the real stdout.
 _EXIT_AT_IMPORT = """
