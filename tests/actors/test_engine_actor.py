@@ -93,7 +93,9 @@ def test_update_during_a_long_request_keeps_it_and_tags_new_tokens(engine, model
     engine.update_weights(state, v0 + 1)
     worker.join()
     out = result["out"]
-    assert len(out.token_ids) == CAP - 4 and out.finish_reason == "length"  # not lost, not restarted
+    # Not lost, not restarted: it runs to its length, or ends on EOS once the new weights (a random
+    # perturbation) make that likely; which one depends on when the update lands.
+    assert (out.finish_reason, len(out.token_ids) == CAP - 4) in {("length", True), ("stop", False)}
     assert out.versions[0] == v0 and out.versions[-1] == v0 + 1
     assert out.versions == sorted(out.versions) and set(out.versions) == {v0, v0 + 1}
 
