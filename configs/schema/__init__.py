@@ -13,7 +13,7 @@ from configs.schema.model import ModelConfig, TokenizerConfig
 from configs.schema.engine import SimEngineConfig, EngineBackend, EngineConfig
 from configs.schema.trainer import LossAggregation, TrainerBackend, TrainerConfig, SFTConfig
 from configs.schema.rollout import RolloutConfig
-from configs.schema.env import SWEEnvConfig, EnvConfig, TasksConfig, SynthConfig
+from configs.schema.env import SWEEnvConfig, EnvConfig, HarnessConfig, TasksConfig, SynthConfig
 from configs.schema.sandbox import SandboxBackend, SandboxCgroup, SandboxConfig, SandboxIsolation
 from configs.schema.stages import EvalConfig, PipelineConfig
 
@@ -37,4 +37,4 @@ class Config:
     deadlines: DeadlinesConfig = field(default_factory=DeadlinesConfig)
 
 
-__all__ = ["RunLogger", "RunConfig", "RayConfig", "FaultsConfig", "DeadlinesConfig", "ModelConfig", "TokenizerConfig", "SimEngineConfig", "EngineBackend", "EngineConfig", "LossAggregation", "TrainerBackend", "TrainerConfig", "SFTConfig", "RolloutConfig", "SWEEnvConfig", "EnvConfig", "TasksConfig", "SynthConfig", "SandboxBackend", "SandboxCgroup", "SandboxConfig", "SandboxIsolation", "EvalConfig", "PipelineConfig", "Config"]
+__all__ = ["RunLogger", "RunConfig", "RayConfig", "FaultsConfig", "DeadlinesConfig", "ModelConfig", "TokenizerConfig", "SimEngineConfig", "EngineBackend", "EngineConfig", "LossAggregation", "TrainerBackend", "TrainerConfig", "SFTConfig", "RolloutConfig", "SWEEnvConfig", "EnvConfig", "HarnessConfig", "TasksConfig", "SynthConfig", "SandboxBackend", "SandboxCgroup", "SandboxConfig", "SandboxIsolation", "EvalConfig", "PipelineConfig", "Config"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Literal
 
 
 @dataclass
@@ -42,6 +42,31 @@ class SWEEnvConfig:
 
 
 @dataclass
+class HarnessConfig:
+    """swerve/Harness-v0 (env.harness): an unmodified agent harness runs in the task's sandbox and
+    talks to the policy through its own OpenAI-compatible session (actors/gateway.py)."""
+    # "mini-swe-agent" (pinned 2.4.6, installed by the set-up) or "command" (env.harness.command).
+    name: Literal["mini-swe-agent", "command"] = "mini-swe-agent"
+    # mini-swe-agent's configuration: its default (tool calling) or its text-based one.
+    mini_swe_agent_config: Literal["default", "text"] = "default"
+    # For name=command: a shell command run in the task's workspace inside the sandbox. It reads
+    # OPENAI_BASE_URL / OPENAI_API_KEY and the task statement from SWERVE_TASK_FILE.
+    command: str = ""
+    # Host files or folders the harness needs, bound read-only into the sandbox at the same paths.
+    files: List[str] = field(default_factory=list)
+    # A request that does not extend the session's history: "split" starts a new segment (the
+    # trajectory trains as several samples sharing its reward), "strict" refuses it (400).
+    history: Literal["split", "strict"] = "split"
+    # The harness's own limit on one model call (it must outlast the policy's reply under load).
+    step_timeout_s: float = 300.0
+    # The episode ends (truncated) after this many model calls.
+    max_requests: int = 30
+    # A request's own temperature differs from the rollout's: "record" it (sampling stays at the
+    # rollout temperature), or "refuse" it (400).
+    temperature_mismatch: Literal["record", "refuse"] = "record"
+
+
+@dataclass
 class EnvConfig:
     # Any id gymnasium.make accepts, including "module:Env-v0".
     id: str = "swerve/SWE-v0"
@@ -53,6 +78,7 @@ class EnvConfig:
         "Run `submit` in a bash block when the tests pass."
     )
     swe: SWEEnvConfig = field(default_factory=SWEEnvConfig)
+    harness: HarnessConfig = field(default_factory=HarnessConfig)
 
 
 @dataclass
