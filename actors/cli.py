@@ -96,6 +96,19 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tito_check(args: argparse.Namespace) -> int:
+    """Whether a chat template renders conversations incrementally exactly as in one piece."""
+    from policies.tito_check import main as tito_check
+
+    tokenizer_dir = args.tokenizer
+    if not tokenizer_dir:  # the configured tokenizer: tokenizer.path, or the embedded one built for the micro tasks
+        from envs.micro import corpus_texts
+        from policies.tokenizer import ensure_tokenizer
+
+        tokenizer_dir = ensure_tokenizer(load_config(args.config, args.overrides).tokenizer, corpus_texts())
+    return tito_check(tokenizer_dir, args.chat_template, args.json)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="swerve", description="Asynchronous RL for software-engineering agents.")
     sub = top.add_subparsers(dest="command", required=True)
@@ -136,6 +149,15 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--mode", choices=("train", "eval"), default="train")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (for scripts)")
     plan.set_defaults(func=_plan)
+    tito = with_config(sub.add_parser("tito-check", help="does a chat template render multi-turn conversations "
+                                                         "(tool calls, developer role, reasoning) incrementally "
+                                                         "exactly as in one piece? exit 0 if so, 1 if not"))
+    tito.add_argument("--tokenizer", default="", help="a tokenizer directory (tokenizer.json and a chat template); "
+                                                      "default: the configured tokenizer")
+    tito.add_argument("--chat-template", default="", help="check this jinja file instead of the directory's "
+                                                          "template, or `qwen3-style` for a built-in Qwen3-like one")
+    tito.add_argument("--json", action="store_true", help="print one JSON object")
+    tito.set_defaults(func=_tito_check)
     from bench.registry import BENCHMARKS
 
     bench = sub.add_parser("bench", help="run one benchmark; writes bench/results/NAME.json")

@@ -21,13 +21,64 @@ SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
 # Any one of these makes a directory loadable by AutoTokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
-# ChatML, as Qwen uses it; the generation prompt is exactly what Conversation appends.
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+# ChatML, as Qwen uses it, with Qwen3's tool-calling format. Messages without tools, tool calls,
+# tool results, reasoning or developer turns render exactly as plain ChatML: Conversation appends
+# turns by hand, and models trained on them depend on it. A developer message renders as a system
+# turn: OpenAI clients send it where they used to send system, and the model knows no other role
+# for instructions (Qwen3's own template has no developer branch and would drop it). Reasoning,
+# when given, is kept in every turn (Qwen3 drops earlier turns'), so that sessions stay incremental.
+CHAT_TEMPLATE = r"""
+{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role in ('system', 'developer') and messages[0].content is string %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- '# Tools\n\nYou can call the functions below. Their JSON schemas are inside <tools></tools>:\n<tools>' }}
+    {%- for tool in tools %}
+        {{- '\n' + tool | tojson }}
+    {%- endfor %}
+    {{- '\n</tools>\n\nTo call one, answer with a JSON object holding its name and arguments inside '
+        '<tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}'
+        '\n</tool_call><|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.content is defined and message.content is not none and message.content is not string %}
+        {{- raise_exception('message content must be a string (join the text parts first), got: ' + message.content | string) }}
+    {%- endif %}
+    {%- set content = message.content if message.content is string else '' %}
+    {%- if loop.first and tools and message.role in ('system', 'developer') %}
+    {%- elif message.role == 'tool' %}
+        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' + content + '\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- else %}
+        {{- '<|im_start|>' + ('system' if message.role == 'developer' else message.role) + '\n' }}
+        {%- if message.role == 'assistant' and message.reasoning_content is string and message.reasoning_content %}
+            {{- '<think>\n' + message.reasoning_content + '\n</think>\n\n' }}
+        {%- endif %}
+        {{- content }}
+        {%- if message.role == 'assistant' and message.tool_calls %}
+            {%- for call in message.tool_calls %}
+                {%- set call = call.function if call.function is defined else call %}
+                {%- if content or not loop.first %}
+                    {{- '\n' }}
+                {%- endif %}
+                {{- '<tool_call>\n{"name": ' + call.name | tojson + ', "arguments": ' }}
+                {{- call.arguments if call.arguments is string else call.arguments | tojson }}
+                {{- '}\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
 
 
 def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]]) -> str:

@@ -181,3 +181,30 @@ def test_unsupported_options(dirs):
         ours.apply_chat_template(messages, continue_final_message=True)
     with pytest.raises(ValueError, match="empty conversation"):
         ours.apply_chat_template([])
+
+
+def _tool_conversations():
+    from policies.tito_check import CONVERSATIONS
+
+    return [pytest.param(s.messages, s.tools, id=s.name) for s in CONVERSATIONS]
+
+
+@pytest.mark.parametrize("messages,tools", _tool_conversations())
+@pytest.mark.parametrize("template", ["embedded", "qwen3-style"])
+def test_tool_calling_templates_render_alike(dirs, messages, tools, template):
+    # Tools, tool calls (arguments as dicts), tool results, developer and reasoning turns; both templates.
+    from policies.qwen3_style_template import QWEN3_STYLE_TEMPLATE
+
+    ours, theirs = load_chat_tokenizer(dirs["tokenizer"]), AutoTokenizer.from_pretrained(dirs["tokenizer"])
+    if template == "qwen3-style":
+        ours.chat_template = theirs.chat_template = QWEN3_STYLE_TEMPLATE
+    for count in range(1, len(messages) + 1):
+        for generation_prompt in (False, True):
+            text = theirs.apply_chat_template(messages[:count], tools=tools, add_generation_prompt=generation_prompt,
+                                              tokenize=False)
+            assert ours.apply_chat_template(messages[:count], tools=tools, add_generation_prompt=generation_prompt,
+                                            tokenize=False) == text
+    thinking_off = theirs.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                              enable_thinking=False)
+    assert ours.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False,
+                                    enable_thinking=False) == thinking_off

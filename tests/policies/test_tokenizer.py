@@ -7,6 +7,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from configs.schema import TokenizerConfig
+from policies.chat_tokenizer import load_chat_tokenizer
 from policies.tokenizer import IM_END, IM_START, PAD_TOKEN, ensure_tokenizer, load_tokenizer
 
 
@@ -104,3 +105,83 @@ def test_concurrent_builders_agree(tmp_path):
 def test_other_task_texts_train_another_tokenizer(tmp_path, task_texts):
     cfg = TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300)
     assert ensure_tokenizer(cfg, task_texts) != ensure_tokenizer(cfg, task_texts[:50])
+
+
+# CHAT_TEMPLATE before tool calling: conversations without tools, tool calls, tool results,
+# reasoning or developer turns must still render exactly as it did (Conversation appends turns
+# by hand, and trained models depend on the bytes).
+PLAIN_CHATML = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+PLAIN_CONVERSATIONS = [
+    [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+    [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}],
+    [{"role": "system", "content": "a\n\nb "}, {"role": "user", "content": " `ls` <think>x</think>"},
+     {"role": "assistant", "content": "```bash\nls\n```", "reasoning_content": None, "tool_calls": []},
+     {"role": "system", "content": "late system"}, {"role": "user", "content": "<|im_end|> literal\n"},
+     {"role": "assistant", "content": "<tool_call>\n{}\n</tool_call>"}, {"role": "observation", "content": "o"}],
+]
+
+
+@pytest.mark.parametrize("messages", PLAIN_CONVERSATIONS)
+@pytest.mark.parametrize("generation_prompt", [True, False])
+@pytest.mark.parametrize("tools", [None, []])
+def test_plain_conversations_render_as_before_tool_calling(tokenizer_path, tokenizer, messages, generation_prompt,
+                                                           tools):
+    before = load_chat_tokenizer(tokenizer_path)
+    before.chat_template = PLAIN_CHATML
+    expected = before.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False)
+    for renderer in (load_chat_tokenizer(tokenizer_path), tokenizer):
+        assert renderer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False,
+                                            tools=tools) == expected
+
+
+BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+
+
+def _render(tokenizer_path, messages, tools=None, generation_prompt=False) -> str:
+    return load_chat_tokenizer(tokenizer_path).apply_chat_template(
+        messages, tools=tools, add_generation_prompt=generation_prompt, tokenize=False)
+
+
+def test_tools_join_the_system_turn_in_qwen3_s_format(tokenizer_path):
+    text = _render(tokenizer_path, [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], [BASH])
+    system, user = text.split("<|im_end|>\n")[:2]
+    assert system.startswith("<|im_start|>system\nS\n\n# Tools\n\n")
+    assert '<tools>\n{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}\n' \
+           '</tools>' in system
+    assert system.endswith('<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    assert user == "<|im_start|>user\nU"
+    # Without a system message the tools get a system turn of their own; a developer message is the system's.
+    alone = _render(tokenizer_path, [{"role": "user", "content": "U"}], [BASH])
+    assert alone.startswith("<|im_start|>system\n# Tools\n\n") and alone.endswith("<|im_start|>user\nU<|im_end|>\n")
+    developer = _render(tokenizer_path, [{"role": "developer", "content": "D"}, {"role": "user", "content": "U"}],
+                        [BASH])
+    assert developer.replace("<|im_start|>system\nD\n\n", "<|im_start|>system\n") == alone
+    assert _render(tokenizer_path, [{"role": "developer", "content": "D"}]) == "<|im_start|>system\nD<|im_end|>\n"
+
+
+def test_tool_calls_and_results_render_as_qwen3_s(tokenizer_path):
+    calls = [{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls -a", "n": 2}}},
+             {"name": "bash", "arguments": '{"command":"pwd"}'}]
+    messages = [{"role": "user", "content": "U"},
+                {"role": "assistant", "content": "Looking.", "reasoning_content": "why", "tool_calls": calls},
+                {"role": "tool", "content": "a"}, {"role": "tool", "content": "b"},
+                {"role": "assistant", "content": None, "tool_calls": calls[:1]}, {"role": "tool", "content": "c"}]
+    assert _render(tokenizer_path, messages, generation_prompt=True) == (
+        "<|im_start|>user\nU<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\nwhy\n</think>\n\nLooking.\n"
+        '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -a", "n": 2}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "bash", "arguments": {"command":"pwd"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response><|im_end|>\n"
+        '<|im_start|>assistant\n<tool_call>\n{"name": "bash", "arguments": {"command": "ls -a", "n": 2}}\n'
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nc\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_content_that_is_not_text_is_refused(tokenizer_path):
+    with pytest.raises(Exception, match="message content must be a string"):
+        _render(tokenizer_path, [{"role": "user", "content": [{"type": "text", "text": "U"}]}])
