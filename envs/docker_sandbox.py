@@ -4,7 +4,9 @@
 sleep infinity` holds the lease; commands are `docker exec` under an in-container deadline
 (coreutils timeout kills the command's process group) and a client deadline behind it (the
 CLI is killed, then every process but the container's init); files go through `docker cp`
-as tar streams; `docker rm -f` ends the lease. Containers carry labels naming their owner
+as tar streams; `docker rm -f` ends the lease. sandbox.ro_binds and the lease's gateway folder
+(a host folder of its own, envs/gateway_route.py) are bind mounts, read-only; they need the
+daemon on this host. Containers carry labels naming their owner
 process, so those of a dead owner on this host are removed by the next lease made here.
 """
 from __future__ import annotations
@@ -18,16 +20,19 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
 import weakref
+from pathlib import Path
 from typing import List, Optional
 
 from configs.schema import SandboxConfig
 from envs.cgroups import pid_alive
 from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, fill_script, pristine_path,
                                     restore_script, seal_script, setup_env, setup_script, workspace_path)
+from envs.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
 from envs.outcomes import InfraError, InfraSource
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
@@ -83,12 +88,16 @@ class DockerSandbox:
         # What the task's setup left in the environment (an activated conda env), given to
         # every command of the lease.
         self._setup_env: dict[str, str] = {}
+        # Host folder (mode 0700) holding the lease's gateway folder; removed with the lease.
+        self._gateway_root: Optional[Path] = None
         self.last_start_s: float = 0.0
 
-    def run_argv(self, image: str, name: str, scratch_dirs: tuple[str, ...] = ()) -> List[str]:
+    def run_argv(self, image: str, name: str, scratch_dirs: tuple[str, ...] = (), gateway_dir: Optional[str] = None,
+                 ro_binds: tuple[str, ...] = ()) -> List[str]:
         """The lease container: no network, capped memory (no swap), processes and file size, a
         read-only root file system. Writable: the workspace and its pristine twin (volumes
         labelled like the container, so nothing of a lease outlives it unnoticed) and /tmp.
+        Read-only binds: ro_binds at their own paths, gateway_dir at GATEWAY_MOUNT.
         Its init runs as root, so that set-up and reset can chown and restore; the agent's
         commands run as docker_user (exec --user) and, under no-new-privileges, cannot regain
         root through a setuid binary."""
@@ -104,22 +113,33 @@ class DockerSandbox:
             argv += ["--label", label]
         for path in (self.workdir, pristine_path(self.workdir)):
             argv += ["--mount", ",".join([f"type=volume,dst={path}", *(f"volume-label={label}" for label in labels)])]
+        binds = [(path, path) for path in ro_binds] + ([(gateway_dir, GATEWAY_MOUNT)] if gateway_dir else [])
+        for source, target in binds:
+            if "," in source or "\n" in source:
+                raise ValueError(f"sandbox.ro_binds: {source!r} holds a comma or newline, which docker --mount cannot take")
+            argv += ["--mount", f"type=bind,src={source},dst={target},readonly"]
         return argv + ["--entrypoint", "sleep", image, "infinity"]
 
     def start(self, task: Task) -> None:
         started_s = time.monotonic()
         self.close()
         self._sweep_dead_owners()
+        mounts = (self.workdir, pristine_path(self.workdir), GATEWAY_MOUNT, "/proc", "/dev", "/sys", *task.scratch_dirs)
+        lease_root = self.config.workdir_root or tempfile.gettempdir()  # where the gateway folders live
+        ro_binds = tuple(checked_ro_binds(self.config.ro_binds, mounts, ("/tmp", lease_root)))
         image = task.image or self.config.docker_image
         if task.build_context:
             self._ensure_image(image, task.build_context)
         name = f"swerve-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        created = self._cli(self.run_argv(image, name, task.scratch_dirs), f"start a container from {image!r}")
-        self.container = created.strip().splitlines()[-1] if created.strip() else name
         with _LIVE_LOCK:
             _LIVE.add(self)
         self._task = task
         try:
+            self._gateway_root = Path(tempfile.mkdtemp(prefix="swerve-gateway-", dir=self.config.workdir_root or None))
+            gateway_dir = str(make_gateway_dir(self._gateway_root))
+            created = self._cli(self.run_argv(image, name, task.scratch_dirs, gateway_dir, ro_binds),
+                                f"start a container from {image!r}")
+            self.container = created.strip().splitlines()[-1] if created.strip() else name
             self._fill_workspace()
             probe = self.exec("true")
             if probe.exit_code != 0:
@@ -219,14 +239,23 @@ class DockerSandbox:
         # (envs/pristine_view.py) and the attempt scores 0.
         self._root_sh(restore_script(self.workdir), "reset the workspace")
 
+    def gateway_dir(self) -> Optional[Path]:
+        """The lease's gateway folder on this host (envs/gateway_route.py)."""
+        self._lease()
+        return self._gateway_root / "gateway"
+
     def close(self) -> None:
         container, self.container = self.container, None
+        gateway_root, self._gateway_root = self._gateway_root, None
         self._task, self._setup_env = None, {}
         with _LIVE_LOCK:
             _LIVE.discard(self)
         if container is not None:
             # -v: the lease's volumes (workspace, pristine twin) go with it.
             self._cli([self._docker, "rm", "-f", "-v", container], "remove the container", check=False)
+        if gateway_root is not None:
+            # Ours alone (a folder and a socket), after the container that bound it is gone.
+            shutil.rmtree(gateway_root)
 
     # ---- internals -------------------------------------------------------------------------
 

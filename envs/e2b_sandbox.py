@@ -10,6 +10,10 @@ The API key is read by the SDK from E2B_API_KEY: this module never logs it and n
 (or anything else of the host environment) into the sandbox. With E2B_DEBUG=true the SDK
 skips the cloud API and talks to envd at localhost:49983, or at E2B_SANDBOX_URL when set
 (the tests run an in-process envd there).
+
+No gateway route (gateway_dir() is None) and no sandbox.ro_binds: a cloud microVM can neither
+have host folders bound into it nor reach this host's Unix sockets. How an agent harness would
+reach its gateway session from here is written in envs/gateway_route.py.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import os
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any, Optional
 
 from configs.schema import SandboxConfig
@@ -66,6 +71,10 @@ class E2BSandbox:
     runs_images = True
 
     def __init__(self, config: SandboxConfig):
+        if config.ro_binds:
+            raise ValueError(f"sandbox.ro_binds={config.ro_binds} cannot be bound into an e2b sandbox (a cloud VM): "
+                             "put those files in the template (task.image / sandbox.e2b_template), or use the local "
+                             "or docker backend")
         self.config = config
         self.workdir = config.container_workdir
         self._box: Any = None
@@ -181,6 +190,11 @@ class E2BSandbox:
         # A restore that what the agent left defeats raises; the grader then replaces the lease
         # (envs/pristine_view.py) and the attempt scores 0.
         self._run_root(restore_script(self.workdir), "reset the workspace")
+
+    def gateway_dir(self) -> Optional[Path]:
+        """None: no host folder reaches a cloud VM (envs/gateway_route.py says what would)."""
+        self._lease()
+        return None
 
     def close(self) -> None:
         box, self._box = self._box, None

@@ -5,6 +5,8 @@ read-write at /workspace (its cwd), a private /tmp, its own /proc (pid namespace
 process, so no host environment), no network, uid 1000, and rlimits; of the host's home only
 an interpreter prefix that lives there (pyenv, uv), never ~/.ssh or ~/.aws. Its environment
 is clean_env(), nothing of the host's (no API keys).
+A jailed lease also sees sandbox.ro_binds read-only at their own paths and its gateway folder
+read-only at /run/swerve-gateway: an agent harness's one route out (envs/gateway_route.py).
 Each lease also gets a cgroup (envs/cgroups.py) when the cgroup fs allows: pids.max and a
 memory limit over all its processes, and a kill that reaches processes which left the
 process group. Without one (no cgroup fs, not root) it degrades with a logged warning.
@@ -37,6 +39,7 @@ from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
 from envs.cgroups import LeaseCgroup
 from envs.exec_channel import JAIL_CODE_DIR, JAIL_CODE_MOUNT, ExecServer, ExecServerError, server_command
 from envs.container_sandbox import scrub_history_script
+from envs.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
 from envs.outcomes import InfraError, InfraSource
 from envs.process import run_process
 from envs.sandbox import ExecResult
@@ -141,7 +144,11 @@ def _python_dirs() -> List[str]:
     return sorted(kept, key=len)
 
 
-def _bwrap_argv(bwrap: str, workspace: str) -> List[str]:
+# Where the jail mounts something itself: no ro_bind may cover or enter these.
+_JAIL_MOUNTS = (SANDBOX_WORKSPACE, JAIL_CODE_MOUNT, GATEWAY_MOUNT, "/proc", "/dev")
+
+
+def _bwrap_argv(bwrap: str, workspace: str, gateway_dir: str, ro_binds: List[str]) -> List[str]:
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     # The exec server is the namespace's pid 1: no reaper of bwrap's in between.
     argv += ["--die-with-parent", "--as-pid-1", "--hostname", "sandbox"]
@@ -155,7 +162,9 @@ def _bwrap_argv(bwrap: str, workspace: str) -> List[str]:
     argv += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
     for prefix in _python_dirs():
         argv += ["--ro-bind", prefix, prefix]
-    argv += ["--ro-bind", str(JAIL_CODE_DIR), JAIL_CODE_MOUNT]
+    for path in ro_binds:
+        argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind", str(JAIL_CODE_DIR), JAIL_CODE_MOUNT, "--ro-bind", gateway_dir, GATEWAY_MOUNT]
     argv += ["--bind", workspace, SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
     return argv
 
@@ -182,6 +191,7 @@ class LocalSandbox:
             raise InfraError(InfraSource.SANDBOX, "prlimit (util-linux) is required for sandbox rlimits")
         self._task: Optional[Task] = None
         self._lease_dir: Optional[Path] = None
+        self._ro_binds: List[str] = []
         self._cgroup: Optional[LeaseCgroup] = None
         # The jail's own cgroup (bwrap and its server; no limits): the one sure way to end a jail
         # whose processes were stopped before bwrap set their parent-death signal, and the way a
@@ -205,9 +215,11 @@ class LocalSandbox:
         self.close()
         self._warn_if_unisolated()
         root = self.config.workdir_root or None
+        self._ro_binds = checked_ro_binds(self.config.ro_binds, _JAIL_MOUNTS, ("/tmp", root or tempfile.gettempdir()))
         try:
             self._lease_dir = Path(tempfile.mkdtemp(prefix="swerve-lease-", dir=root))
             self._task = task
+            make_gateway_dir(self._lease_dir)
             self._copy_workspace()
         except OSError as error:
             self.close()
@@ -245,7 +257,8 @@ class LocalSandbox:
                 f"--fsize={self.config.max_file_mb * _MIB}", "--"]
 
     def _start_server(self) -> ExecServer:
-        argv = [*self._limits(), *_bwrap_argv(self._bwrap, str(self.workspace)), *server_command(sys.executable, self._bash)]
+        jail = _bwrap_argv(self._bwrap, str(self.workspace), str(self._lease_dir / "gateway"), self._ro_binds)
+        argv = [*self._limits(), *jail, *server_command(sys.executable, self._bash)]
         if self._jail_cgroup is not None:
             argv = [self._sh, "-c", _JOIN_CGROUP, "sh", *self._jail_cgroup.procs_files, "--", *argv]
         procs = self._cgroup.procs_files if self._cgroup is not None else []
@@ -299,6 +312,13 @@ class LocalSandbox:
             raise InfraError(InfraSource.SANDBOX, f"cannot copy the workspace of {self._task.id}: {error}") from error
         if trash is not None:
             self._discard(trash)
+
+    def gateway_dir(self) -> Optional[Path]:
+        """The lease's gateway folder (envs/gateway_route.py); None unjailed, where the harness
+        would share the host's network and no route could be the only one."""
+        if self._lease_dir is None:
+            raise InfraError(InfraSource.SANDBOX, "no open lease: call start(task) first")
+        return self._lease_dir / "gateway" if self.isolated else None
 
     @property
     def cgroup(self) -> Optional[LeaseCgroup]:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Optional, Protocol, runtime_checkable
 
 from envs.tasks import Task
 
@@ -48,4 +49,17 @@ class Sandbox(Protocol):
 
     def close(self) -> None:
         """End the lease and delete the workspace; safe to call twice."""
+        ...
+
+
+@runtime_checkable
+class RoutedSandbox(Sandbox, Protocol):
+    """A sandbox that can give an agent harness one network route: the gateway's Unix socket
+    (envs/gateway_route.py). Kept apart from Sandbox until every wrapper (the warm pool, the
+    sandbox actor and its remote lease) passes gateway_dir on."""
+
+    def gateway_dir(self) -> Optional[Path]:
+        """Host folder of the open lease, bound read-only into it at gateway_route.GATEWAY_MOUNT,
+        where the host listens on gateway_route.GATEWAY_SOCKET_NAME; None where the backend can
+        offer no route confined to it (e2b, isolation none). Raises without an open lease."""
         ...

@@ -1,8 +1,8 @@
 """Sandbox leases (envs/local_sandbox.py, docker_sandbox.py, e2b_sandbox.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import List, Literal
 
 
 # Sandbox backends (actors/sandbox_actor.py builds each from its SandboxConfig).
@@ -58,3 +58,8 @@ class SandboxConfig:
     # How long one docker CLI call (inspect, cp, rm; not a command, which has its own timeout)
     # may wait for the daemon before the lease is an infra error.
     docker_cli_timeout_s: float = 120.0
+    # Host files or folders (absolute paths) bound read-only into every lease at the same path:
+    # what an agent harness needs of the host (env.harness.files, its venv). local with bwrap and
+    # docker bind them; e2b cannot (a cloud VM) and refuses a non-empty list. A missing path
+    # fails the lease's start.
+    ro_binds: List[str] = field(default_factory=list)

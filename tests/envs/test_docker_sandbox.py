@@ -108,7 +108,11 @@ def test_container_is_started_locked_down_and_removed(fake_docker, make_box, tas
         assert flag in joined
     assert "--user" not in run  # the lease's init is root (set-up, reset); the agent's commands are not
     mounts = [run[i + 1] for i, arg in enumerate(run) if arg == "--mount"]
-    assert len(mounts) == 2 and all(f"volume-label=swerve.owner={os.getpid()}" in m for m in mounts)
+    volumes = [m for m in mounts if m.startswith("type=volume,")]
+    assert len(volumes) == 2 and all(f"volume-label=swerve.owner={os.getpid()}" in m for m in volumes)
+    # The one other mount: the lease's gateway folder, read-only (tests/envs/test_gateway_route.py).
+    gateway = box.gateway_dir()
+    assert set(mounts) - set(volumes) == {f"type=bind,src={gateway},dst=/run/swerve-gateway,readonly"}
     assert box.container == "fakecontainer01" and box.last_start_s > 0
     result = box.exec("ls; echo err >&2; exit 3")
     assert result.exit_code == 3 and "textkit" in result.output and "err" in result.output
@@ -122,6 +126,7 @@ def test_container_is_started_locked_down_and_removed(fake_docker, make_box, tas
     assert not any("E2B_API_KEY" in " ".join(call) for call in fake_docker())
     box.close()
     assert fake_docker()[-1] == ["rm", "-f", "-v", "fakecontainer01"]
+    assert not gateway.parent.exists()
     with pytest.raises(InfraError, match="no open lease"):
         box.exec("true")
 
