@@ -105,10 +105,15 @@ def sampled_text(message: dict) -> str:
     reasoning = message.get("reasoning_content") or ""
     content = message.get("content") or ""
     calls = [call.get("function", call) for call in message.get("tool_calls") or []]
-    blocks = ["<tool_call>\n" + json.dumps({"name": call["name"], "arguments": call["arguments"]}, ensure_ascii=False)
-              + "\n</tool_call>" for call in calls]
+    blocks = [f'<tool_call>\n{{"name": {json.dumps(call["name"], ensure_ascii=False)}, "arguments": '
+              f'{_arguments_json(call["arguments"])}}}\n</tool_call>' for call in calls]
     text = f"<think>\n{reasoning}\n</think>\n\n" if reasoning else ""
     return text + content + ("\n" if content and blocks else "") + "\n".join(blocks)
+
+
+def _arguments_json(arguments) -> str:
+    # A string is the model's own JSON text, kept as written.
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
 def replay(tokenizer: ChatTokenizerLike, scripted: Scripted) -> dict:

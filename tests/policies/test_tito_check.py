@@ -102,3 +102,22 @@ def test_load_replaces_only_the_template(tokenizer_path):
     ours = load(tokenizer_path, QWEN3_STYLE)
     assert ours.chat_template != CHAT_TEMPLATE
     assert load(tokenizer_path).chat_template == load_chat_tokenizer(tokenizer_path).chat_template == CHAT_TEMPLATE
+
+
+def test_without_a_directory_it_checks_the_configured_tokenizer(capsys, cache_dir, tokenizer_path):
+    status, out, _ = _run(capsys, f"tokenizer.cache_dir={cache_dir}", "tokenizer.vocab_size=512")
+    assert status == 0
+    assert out.startswith(f"tito-check {tokenizer_path} (chat template: the directory's)")
+
+
+def test_sampled_text_is_what_the_embedded_template_renders(tokenizer_path):
+    from policies.tito_check import sampled_text
+
+    ours = load_chat_tokenizer(tokenizer_path)
+    message = {"role": "assistant", "reasoning_content": "r", "content": "c", "tool_calls": [
+        {"function": {"name": "bash", "arguments": {"command": "ls"}}}, {"name": "x", "arguments": '{"a":1}'}]}
+    rendered = ours.apply_chat_template([message], tokenize=False)
+    assert rendered == f"<|im_start|>assistant\n{sampled_text(message)}<|im_end|>\n"
+    assert sampled_text(message) == ('<think>\nr\n</think>\n\nc\n<tool_call>\n{"name": "bash", "arguments": '
+                                     '{"command": "ls"}}\n</tool_call>\n<tool_call>\n{"name": "x", "arguments": '
+                                     '{"a":1}}\n</tool_call>')
