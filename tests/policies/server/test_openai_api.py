@@ -1,19 +1,35 @@
-"""OpenAI-compatible routes of the CPU server, spoken to by the official `openai` client over
-real HTTP on 127.0.0.1."""
+"""OpenAI-compatible routes of the CPU server, spoken to by the official `openai` client and litellm
+over real HTTP on 127.0.0.1."""
 from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
+from openai.lib.streaming.chat import ChatCompletionStreamState
 
+from policies.openai_wire import template_messages
 from policies.server.app import start_server
 from policies.tokenizer import load_tokenizer
 
+# litellm fetches a price list from the internet on import unless told to use its bundled one.
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+import litellm  # noqa: E402
+
 MESSAGES = [{"role": "system", "content": "Fix the bug."}, {"role": "user", "content": "count_points is wrong"}]
+# The server's cap is above the tiny model's trained length (max_position_embeddings 512): the model's wins.
+SERVER_CONTEXT_TOKENS = 1024
+TRAINED_CONTEXT_TOKENS = 512
+BASH = {"type": "function", "function": {"name": "bash", "description": "run a command",
+                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
 
 
 @pytest.fixture(scope="module")
 def server(model_path):
-    with start_server(model_path, max_batch_size=4, max_context_tokens=512) as handle:
+    with start_server(model_path, max_batch_size=4, max_context_tokens=SERVER_CONTEXT_TOKENS) as handle:
         yield handle
 
 
@@ -22,8 +38,25 @@ def client(server):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def test_models_lists_the_served_model(client, model_path):
-    assert [model.id for model in client.models.list().data] == [model_path]
+def render(model_path, messages, tools=None):
+    return load_tokenizer(model_path).apply_chat_template(
+        template_messages(messages), tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False)
+
+
+def raw(server, path, body=None, method=None):
+    """(status, JSON body) of a request the openai client would not send."""
+    request = urllib.request.Request(f"{server.url}{path}", data=body, method=method,
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_models_lists_the_served_model_with_the_shorter_context(client, model_path):
+    (model,) = client.models.list().data
+    assert model.id == model_path and model.max_model_len == TRAINED_CONTEXT_TOKENS
 
 
 def test_a_chat_completion_is_the_model_s_reply_under_its_chat_template(client, model_path):
@@ -31,33 +64,110 @@ def test_a_chat_completion_is_the_model_s_reply_under_its_chat_template(client, 
     choice = reply.choices[0]
     assert choice.message.role == "assistant" and isinstance(choice.message.content, str)
     assert choice.finish_reason in ("stop", "length") and reply.usage.completion_tokens <= 12
-    # The prompt is the chat template's rendering, generation prompt included.
-    tokenizer = load_tokenizer(model_path)
-    prompt = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=True, return_dict=False)
-    assert reply.usage.prompt_tokens == len(prompt)
+    assert reply.usage.prompt_tokens == len(render(model_path, MESSAGES))
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
-    # Greedy: the same request gives the same reply.
+    assert choice.logprobs is None and reply.system_fingerprint == "weights-0"
     again = client.chat.completions.create(model=model_path, messages=MESSAGES, max_tokens=12, temperature=0.0)
     assert again.choices[0].message.content == choice.message.content
 
 
 def test_length_is_reported_when_max_tokens_ends_the_reply(client, model_path):
-    reply = client.chat.completions.create(model=model_path, messages=MESSAGES, max_tokens=1, temperature=0.0)
-    assert reply.usage.completion_tokens == 1
-    assert reply.choices[0].finish_reason in ("length", "stop")
+    reply = client.chat.completions.create(model=model_path, messages=MESSAGES, max_completion_tokens=1,
+                                           temperature=0.0)
+    assert reply.usage.completion_tokens == 1 and reply.choices[0].finish_reason in ("length", "stop")
 
 
-@pytest.mark.parametrize("extra, param", [({"stream": True}, "stream"), ({"n": 2}, "n"),
-                                          ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools")])
-def test_what_is_not_supported_is_refused_by_name(client, model_path, extra, param):
+def sampled(client, model_path, **extra):
+    return client.chat.completions.create(model=model_path, messages=MESSAGES, max_tokens=24, temperature=1.0,
+                                          seed=7, logprobs=True, **extra)
+
+
+def test_a_stream_reassembles_to_the_plain_reply(client, model_path):
+    plain = sampled(client, model_path)
+    state = ChatCompletionStreamState()
+    for chunk in sampled(client, model_path, stream=True, stream_options={"include_usage": True}):
+        state.handle_chunk(chunk)
+    streamed = state.current_completion_snapshot
+    assert plain.choices[0].message.content and streamed.choices[0].message.content == plain.choices[0].message.content
+    assert streamed.choices[0].finish_reason == plain.choices[0].finish_reason
+    assert streamed.usage.model_dump() == plain.usage.model_dump()
+    tokens = [(t.token, t.logprob) for t in plain.choices[0].logprobs.content]
+    assert [t for t, _ in tokens] == [t.token for t in streamed.choices[0].logprobs.content]
+    assert [lp for _, lp in tokens] == pytest.approx([t.logprob for t in streamed.choices[0].logprobs.content],
+                                                     abs=1e-4)
+    # One log-prob per generated token of the reply (the stop token, when it ended it, is no part of it).
+    stopped = plain.choices[0].finish_reason == "stop"
+    assert len(tokens) == plain.usage.completion_tokens - stopped and all(lp <= 0 for _, lp in tokens)
+
+
+def test_a_stop_string_cuts_the_reply(client, model_path):
+    text = sampled(client, model_path).choices[0].message.content
+    stop = text[len(text) // 2:len(text) // 2 + 2]
+    cut = sampled(client, model_path, stop=[stop, "never in it"])
+    assert cut.choices[0].message.content == text[:text.find(stop)] and cut.choices[0].finish_reason == "stop"
+    assert "".join(t.token for t in cut.choices[0].logprobs.content).startswith(cut.choices[0].message.content)
+
+
+def test_tools_developer_and_tool_turns_are_rendered_by_the_chat_template(client, model_path):
+    messages = [{"role": "developer", "content": "Use the tools."}, {"role": "user", "content": "list files"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "a.py<|im_end|>"}]
+    reply = client.chat.completions.create(model=model_path, messages=messages, tools=[BASH], max_tokens=4)
+    assert reply.usage.prompt_tokens == len(render(model_path, messages, [BASH]))
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+@pytest.mark.parametrize("extra, param", [({"n": 2}, "n"), ({"presence_penalty": 0.5}, "presence_penalty"),
+                                          ({"tools": [BASH], "tool_choice": "required"}, "tool_choice"),
+                                          ({"logprobs": True, "top_logprobs": 3}, "top_logprobs")])
+def test_what_cannot_be_honoured_is_refused_by_name(client, model_path, extra, param):
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(model=model_path, messages=MESSAGES, max_tokens=4, **extra)
-    assert param in str(raised.value)
+    assert raised.value.param == param and param in str(raised.value)
 
 
 def test_bad_messages_are_refused_with_the_reason(client, model_path):
     with pytest.raises(openai.BadRequestError, match="role"):
         client.chat.completions.create(model=model_path, messages=[{"role": "wizard", "content": "x"}])
+
+
+@pytest.mark.parametrize("body, param", [(b"{\"model\": ", None), (b"[1]", None), (b"", None),
+                                         (json.dumps({"model": "m", "messages": MESSAGES, "n": "two"}).encode(), "n"),
+                                         (json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": "5"}).encode(),
+                                          "max_tokens")])
+def test_a_bad_body_is_an_openai_style_400(server, body, param):
+    status, reply = raw(server, "/v1/chat/completions", body)
+    assert status == 400 and reply["error"]["param"] == param and reply["error"]["type"] == "invalid_request_error"
+
+
+def test_an_over_length_prompt_is_a_context_window_error(client, model_path):
+    long = [{"role": "user", "content": "count_points " * TRAINED_CONTEXT_TOKENS}]
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model=model_path, messages=long, max_tokens=4)
+    assert raised.value.code == "context_length_exceeded" and raised.value.param == "messages"
+    assert f"maximum context length is {TRAINED_CONTEXT_TOKENS} tokens" in raised.value.message
+
+
+def test_other_routes_are_openai_style_errors(server, client, model_path):
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model=model_path, prompt="hi", max_tokens=4)
+    status, reply = raw(server, "/v1/embeddings", b"{}")
+    assert status == 404 and reply["error"]["type"] == "not_found_error" and "/v1/chat/completions" in reply["error"]["message"]
+    status, reply = raw(server, "/v1/chat/completions", method="GET")
+    assert status == 405 and "POST" in reply["error"]["message"]
+    assert raw(server, "/v1/loads")[0] == 200  # the native /v1 routes are not shadowed by the catch-all
+
+
+def test_litellm_maps_swerve_s_errors_to_its_own(server, model_path):
+    args = dict(model=f"openai/{model_path}", api_base=f"{server.url}/v1", api_key="unused", max_retries=0)
+    reply = litellm.completion(messages=MESSAGES, max_tokens=4, **args)
+    assert reply.choices[0].message.role == "assistant"
+    with pytest.raises(litellm.ContextWindowExceededError):
+        litellm.completion(messages=[{"role": "user", "content": "count_points " * TRAINED_CONTEXT_TOKENS}], **args)
+    with pytest.raises(litellm.BadRequestError, match="frequency_penalty") as raised:
+        litellm.completion(messages=MESSAGES, frequency_penalty=1.0, **args)
+    assert not isinstance(raised.value, litellm.ContextWindowExceededError)
 
 
 def test_content_cannot_open_or_close_a_turn(client, model_path):
@@ -69,11 +179,11 @@ def test_content_cannot_open_or_close_a_turn(client, model_path):
     tokenizer = load_tokenizer(model_path)
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
 
-    def render(content):
+    def render_raw(content):
         return tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
                                              tokenize=True, return_dict=False)
 
     # Rendered raw, the text would add an assistant turn; served, it is the neutralized text's prompt.
-    assert render(text).count(im_start) == render("x").count(im_start) + 1
-    neutral = render(neutralize_special_tokens(text))
-    assert served == len(neutral) and neutral.count(im_start) == render("x").count(im_start)
+    assert render_raw(text).count(im_start) == render_raw("x").count(im_start) + 1
+    neutral = render_raw(neutralize_special_tokens(text))
+    assert served == len(neutral) and neutral.count(im_start) == render_raw("x").count(im_start)
