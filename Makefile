@@ -3,9 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sglang-side docker chromium test test-fast run check-dashboard clean
+.PHONY: setup sglang-side harness docker chromium test test-fast run check-dashboard clean
 
-setup: $(STAMP)
+setup: $(STAMP) harness
 
 # Set-up output (apt, pip) goes to $(SETUP_LOG); a failed step shows its tail and stops.
 SETUP_LOG := $(VENV)/setup.log
@@ -40,6 +40,25 @@ sglang-side: setup
 	else rm -rf '$(SGLANG_SIDE).tmp'; \
 		echo "warning: SGLang side install failed; the SGLang conformance tests will skip (retry: make sglang-side)"; fi
 
+# mini-swe-agent for swerve/Harness-v0 (env.harness.name=mini-swe-agent), pinned, in its own venv
+# outside the checkout: sandboxes bind it read-only at the same path (envs/harnesses.py finds it), and
+# it is made from this venv's base interpreter, which the local sandbox binds too. litellm and openai
+# are pinned with it because they write the requests the gateway must accept. The stamp holds the
+# package list, so a second run is instant and a changed pin reinstalls. Unlike the optional parts,
+# a failure stops here: the harness recipe and its tests need it.
+HARNESS_PKGS := mini-swe-agent==2.4.6 litellm==1.110.2 openai==3.60.0
+MINI_SWE_AGENT_DIR ?= $(HOME)/.cache/swerve/harness/mini-swe-agent-2.4.6
+
+harness: $(STAMP)
+	@if grep -qxF '$(HARNESS_PKGS)' '$(MINI_SWE_AGENT_DIR)/.installed' 2>/dev/null; then :; \
+	else echo "installing $(HARNESS_PKGS) into $(MINI_SWE_AGENT_DIR); output in $(SETUP_LOG)"; \
+		rm -rf '$(MINI_SWE_AGENT_DIR)' && mkdir -p '$(dir $(MINI_SWE_AGENT_DIR))' \
+		&& { $(PY) -m venv '$(MINI_SWE_AGENT_DIR)' && '$(MINI_SWE_AGENT_DIR)/bin/python' -m pip install -q $(HARNESS_PKGS); } \
+			>> $(SETUP_LOG) 2>&1 \
+		&& echo '$(HARNESS_PKGS)' > '$(MINI_SWE_AGENT_DIR)/.installed' \
+		|| { tail -n 40 $(SETUP_LOG); rm -rf '$(MINI_SWE_AGENT_DIR)'; \
+			echo "set-up failed: mini-swe-agent not installed ($(SETUP_LOG)); retry: make harness"; exit 1; }; fi
+
 # A Docker engine for the container sandbox's tests: the engine (docker.io) and debootstrap (the
 # offline base image) installed if missing, then the base image built once per engine (cached by
 # its recipe's hash). Where none of it can be had, only a warning: those tests then skip, naming
@@ -59,7 +78,7 @@ chromium: setup
 
 # The full suite (what CI runs), the dashboard check among it (tests/bench/test_check_dashboard.py).
 test: setup sglang-side docker chromium
-	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' $(PY) -m pytest -q -p no:cacheprovider tests
+	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' SWERVE_MINI_SWE_AGENT_DIR='$(MINI_SWE_AGENT_DIR)' $(PY) -m pytest -q -p no:cacheprovider tests
 
 # Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).
 test-fast: setup
