@@ -128,7 +128,8 @@ def stream_events(body: Dict[str, Any], include_usage: bool) -> List[bytes]:
         events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
                                              "function": {"name": call["function"]["name"], "arguments": ""}}]},
                             tokens=True))
-        events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": call["function"]["arguments"]}}]}))
+        arguments = call["function"]["arguments"]
+        events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}))
     events.append(chunk({}, choice["finish_reason"], tokens=True))
     if include_usage:
         events.append(_event({"id": body["id"], "object": "chat.completion.chunk", "created": body["created"],

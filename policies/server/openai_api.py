@@ -80,7 +80,11 @@ async def _complete(state: ServerState, chat: ChatRequest) -> Dict[str, Any]:
         temperature=1.0 if chat.temperature is None else chat.temperature,
         top_p=1.0 if chat.top_p is None else chat.top_p, sampling_seed=chat.seed)
     (finished,) = await run_requests(state.scheduler, [Request(prompt_ids=prompt, params=params)])
-    stopped = (finished.finish_reason or {}).get("type") == protocol.FINISH_STOP
+    reason = finished.finish_reason or {}
+    if reason.get("type") == protocol.FINISH_ABORT:  # /abort_request, /pause_generation or a weight update
+        raise OpenAIError(503, f"the request was aborted on the server ({reason.get('message', '')}); retry it",
+                          type="server_error", code="aborted")
+    stopped = reason.get("type") == protocol.FINISH_STOP
     ids, logprobs = list(finished.output_ids), list(finished.logprobs)
     if stopped and ids:
         ids = ids[:-1]  # the stop token itself is not part of the reply

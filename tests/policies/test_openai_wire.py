@@ -13,16 +13,16 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from policies.openai_wire import (OpenAIError, completion_body, context_length_error, not_found_error, parse_chat_request,
-                                  parse_json, split_tool_calls, stream_events, template_messages)
+from policies.openai_wire import (OpenAIError, completion_body, context_length_error, not_found_error,
+                                  parse_chat_request, parse_json, split_tool_calls, stream_events, template_messages)
 
 # litellm fetches a price list from the internet on import unless told to use its bundled one.
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 import litellm  # noqa: E402
 
 USER = [{"role": "user", "content": "hi"}]
-BASH = {"type": "function", "function": {"name": "bash", "description": "run a command",
-                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+BASH = {"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}}}}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}
 
 
@@ -53,7 +53,8 @@ def test_bad_or_unhonoured_fields_are_a_400_naming_them(fields, param):
     with pytest.raises(OpenAIError) as raised:
         parse_chat_request(body(**fields))
     assert raised.value.status == 400 and raised.value.param == param
-    assert raised.value.body()["error"]["param"] == param and raised.value.body()["error"]["type"] == "invalid_request_error"
+    error = raised.value.body()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
 
 
 def test_what_cannot_be_honoured_says_why():
@@ -110,14 +111,16 @@ def test_harmless_fields_and_neutral_values_pass_and_requests_are_normalized():
         presence_penalty=0, frequency_penalty=0.0, logit_bias={}, response_format={"type": "text"},
         modalities=["text"], store=False, user="u", metadata={"k": "v"}, service_tier="auto",
         parallel_tool_calls=True, prompt_cache_key="k", safety_identifier="s", audio=None, functions=None))
-    assert chat.messages == [{"role": "developer", "content": "Fix it."}, {"role": "user", "content": "go", "name": "me"},
+    assert chat.messages == [{"role": "developer", "content": "Fix it."},
+                             {"role": "user", "content": "go", "name": "me"},
                              {"role": "assistant", "content": None, "tool_calls": [CALL]},
                              {"role": "tool", "content": "a.py", "tool_call_id": "call_1"}]
     assert (chat.max_tokens, chat.stop, chat.seed, chat.temperature, chat.top_p) == (7, ["END"], 3, 0.2, 0.9)
     assert chat.logprobs and chat.stream and chat.include_usage and chat.tools == [BASH] and chat.parses_tool_calls
     plain = parse_chat_request(body())
     assert (plain.max_tokens, plain.stop, plain.temperature, plain.stream, plain.tools) == (None, [], None, False, None)
-    assert not plain.parses_tool_calls and not parse_chat_request(body(tools=[BASH], tool_choice="none")).parses_tool_calls
+    assert not plain.parses_tool_calls
+    assert not parse_chat_request(body(tools=[BASH], tool_choice="none")).parses_tool_calls
 
 
 def test_template_messages_parse_arguments_and_no_text_can_open_or_close_a_turn():
@@ -174,7 +177,8 @@ def test_completion_body_and_its_stream():
                         completion_tokens=1, logprobs=None, fingerprint="")
     for include_usage in (False, True):
         events = stream_events(reply, include_usage)
-        assert events[-1] == b"data: [DONE]\n\n" and all(e.startswith(b"data: ") and e.endswith(b"\n\n") for e in events)
+        assert events[-1] == b"data: [DONE]\n\n"
+        assert all(e.startswith(b"data: ") and e.endswith(b"\n\n") for e in events)
         chunks = [json.loads(e[len(b"data: "):]) for e in events[:-1]]
         assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
         assert [c["usage"] for c in chunks if c.get("usage")] == ([reply["usage"]] if include_usage else [])
@@ -271,7 +275,8 @@ def test_litellm_reads_the_stream_as_the_plain_reply(stub, name):
     streamed = litellm.stream_chunk_builder(chunks, messages=args["messages"])
     assert _reply_facts(plain.choices[0].message, plain.choices[0].finish_reason, plain.usage) == _reply_facts(
         streamed.choices[0].message, streamed.choices[0].finish_reason, streamed.usage)
-    assert plain.choices[0].finish_reason == ("tool_calls" if REPLIES[name]["tool_calls"] else REPLIES[name]["finish_reason"])
+    reply = REPLIES[name]
+    assert plain.choices[0].finish_reason == ("tool_calls" if reply["tool_calls"] else reply["finish_reason"])
     # A harness that re-sends litellm's reply message as it got it is accepted.
     resent = plain.choices[0].message.model_dump()
     answers = [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in resent.get("tool_calls") or []]

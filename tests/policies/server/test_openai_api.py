@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -13,6 +15,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from policies.openai_wire import template_messages
 from policies.server.app import start_server
+from policies.server.protocol import PAUSE_IN_PLACE
 from policies.tokenizer import load_tokenizer
 
 # litellm fetches a price list from the internet on import unless told to use its bundled one.
@@ -23,8 +26,8 @@ MESSAGES = [{"role": "system", "content": "Fix the bug."}, {"role": "user", "con
 # The server's cap is above the tiny model's trained length (max_position_embeddings 512): the model's wins.
 SERVER_CONTEXT_TOKENS = 1024
 TRAINED_CONTEXT_TOKENS = 512
-BASH = {"type": "function", "function": {"name": "bash", "description": "run a command",
-                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+BASH = {"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}}}}
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +114,8 @@ def test_a_stop_string_cuts_the_reply(client, model_path):
 def test_tools_developer_and_tool_turns_are_rendered_by_the_chat_template(client, model_path):
     messages = [{"role": "developer", "content": "Use the tools."}, {"role": "user", "content": "list files"},
                 {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
                 {"role": "tool", "tool_call_id": "call_1", "content": "a.py<|im_end|>"}]
     reply = client.chat.completions.create(model=model_path, messages=messages, tools=[BASH], max_tokens=4)
     assert reply.usage.prompt_tokens == len(render(model_path, messages, [BASH]))
@@ -153,10 +157,28 @@ def test_other_routes_are_openai_style_errors(server, client, model_path):
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model=model_path, prompt="hi", max_tokens=4)
     status, reply = raw(server, "/v1/embeddings", b"{}")
-    assert status == 404 and reply["error"]["type"] == "not_found_error" and "/v1/chat/completions" in reply["error"]["message"]
+    assert status == 404 and reply["error"]["type"] == "not_found_error"
+    assert "/v1/chat/completions" in reply["error"]["message"]
     status, reply = raw(server, "/v1/chat/completions", method="GET")
     assert status == 405 and "POST" in reply["error"]["message"]
     assert raw(server, "/v1/loads")[0] == 200  # the native /v1 routes are not shadowed by the catch-all
+
+
+def test_an_aborted_request_is_a_503_to_retry_not_a_cut_reply(server, client, model_path):
+    scheduler = server.state.scheduler
+    scheduler.pause(PAUSE_IN_PLACE).result(timeout=30)  # the request waits in the queue until aborted
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            reply = pool.submit(client.chat.completions.create, model=model_path, messages=MESSAGES, max_tokens=4)
+            deadline = time.monotonic() + 30
+            while scheduler.stats()["waiting"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            scheduler.abort("", True).result(timeout=30)
+            with pytest.raises(openai.InternalServerError) as raised:
+                reply.result(timeout=60)
+    finally:
+        scheduler.resume().result(timeout=30)
+    assert raised.value.status_code == 503 and raised.value.code == "aborted"
 
 
 def test_litellm_maps_swerve_s_errors_to_its_own(server, model_path):
