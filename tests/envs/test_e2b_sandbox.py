@@ -62,6 +62,7 @@ def box(make_box, task_by_id):
 def test_runs_commands_as_root_in_the_uploaded_workspace(box, e2b_env):
     result = box.exec("ls; pwd; echo err >&2; exit 3")
     assert isinstance(box, Sandbox) and box.last_start_s > 0
+    assert box.gateway_dir() is None  # no host folder reaches a cloud VM (envs/gateway_route.py)
     # A non-zero exit (which the SDK raises) is an ordinary result.
     assert result.exit_code == 3 and not result.timed_out
     assert "textkit" in result.output and "pytest.ini" in result.output and "err" in result.output
