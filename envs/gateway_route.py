@@ -43,7 +43,7 @@ import shlex
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-from envs.sandbox import RoutedSandbox
+from envs.sandbox import ExecResult, RoutedSandbox
 
 # Where every sandbox sees its lease's gateway folder, and the socket the host listens on in it.
 GATEWAY_MOUNT = "/run/swerve-gateway"
@@ -113,6 +113,12 @@ def checked_ro_binds(paths: Iterable[str], mounts: Iterable[str], uncovered: Ite
                              "keeps to itself; bind a folder below it instead")
         checked.append(path)
     return sorted(set(checked), key=lambda path: (path.count("/"), path))
+
+
+def route_failed(result: ExecResult) -> bool:
+    """Whether a harness_script run failed to set up the route (swerve's side: an infra error)
+    rather than the command exiting ROUTE_FAILED_EXIT itself."""
+    return result.exit_code == ROUTE_FAILED_EXIT and ROUTE_FAILED_MARK in result.output
 
 
 @functools.lru_cache(maxsize=1)

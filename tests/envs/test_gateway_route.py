@@ -21,7 +21,8 @@ from configs.schema import SandboxConfig
 from envs.docker_sandbox import DockerSandbox
 from envs.e2b_sandbox import E2BSandbox
 from envs.gateway_route import (GATEWAY_SOCKET, JAIL_PORT, ROUTE_FAILED_EXIT, ROUTE_FAILED_MARK, harness_script,
-                                make_connectable, socket_path_for)
+                                make_connectable, route_failed, socket_path_for)
+from envs.sandbox import ExecResult
 from envs.local_sandbox import LocalSandbox
 
 FORWARDER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -222,6 +223,8 @@ def test_a_route_that_cannot_be_set_up_fails_by_name_without_running_the_command
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == ROUTE_FAILED_EXIT and "the-harness-ran" not in done.stdout
     assert ROUTE_FAILED_MARK in done.stderr and "no gateway socket at" in done.stderr and "no.sock" in done.stderr
+    assert route_failed(ExecResult(done.returncode, done.stderr, False, 1.0, False, 60.0))
+    assert not route_failed(ExecResult(ROUTE_FAILED_EXIT, "the harness's own exit 86", False, 1.0, False, 60.0))
     assert harness_script("true", JAIL_PORT).count(GATEWAY_SOCKET) == 1
 
 
