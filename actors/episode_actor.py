@@ -11,11 +11,14 @@ from collections import Counter
 from typing import Optional
 
 from actors.faults import FaultPlan
+from actors.gateway import POLICY_MODEL_ID, Gateway, GatewaySpec
+from actors.harness_player import HarnessPlayer
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory, WorkItem, oldest_version
 from configs.schema import EnvConfig, RolloutConfig, SandboxConfig
 from envs.make import make_env
 from envs.outcomes import InfraError, InfraSource, Outcome
+from policies.chat_session import ChatSession
 from policies.conversation import Conversation
 from policies.sample_types import SampleRequest, age_priority
 from policies.chat_tokenizer import load_chat_tokenizer
@@ -25,10 +28,12 @@ log = logging.getLogger(__name__)
 
 class EpisodeActor:
     def __init__(self, index: int, rollout: RolloutConfig, env_cfg: EnvConfig, sandbox_cfg: SandboxConfig,
-                 tokenizer_path: str, engines, collector, sandbox, faults: Optional[FaultPlan] = None):
+                 tokenizer_path: str, engines, collector, sandbox, faults: Optional[FaultPlan] = None,
+                 gateway: Optional[GatewaySpec] = None):
         """sandbox_cfg: the run's sandbox section (the env runs every command under its
         command_timeout_s); engines: an EngineRouter; collector: a SampleCollector (or its proxy); sandbox: a Sandbox;
-        faults: the injection plan when faults.* is set (actors/faults.py wraps engines and sandbox)."""
+        faults: the injection plan when faults.* is set (actors/faults.py wraps engines and sandbox);
+        gateway: what the session gateway of an agent-harness env (swerve/Harness-v0) serves, None for other envs."""
         self.name = f"episode-{index}"
         self.cfg = rollout
         self.env_cfg = env_cfg
@@ -40,6 +45,7 @@ class EpisodeActor:
         self.collector = collector
         self.sandbox = faults.wrap_sandbox(sandbox) if faults else sandbox
         self.env = make_env(env_cfg, sandbox_cfg)
+        self.harness = self._harness_side(gateway)
         self.episodes = 0
         # Per injected fault kind: how many, how many ended their episode as infra_error (so were
         # excluded and re-run), and the infra sources they showed up as.
@@ -55,6 +61,8 @@ class EpisodeActor:
             else:
                 work = self.collector.exchange(self.run_episode(work), self.name)
         self.env.close()
+        if self.harness is not None:
+            self.harness[1].close()
         # Fault counts only when faults.* injected any: a run without faults reports what it always did.
         return {"actor": self.name, "episodes": self.episodes, **({"faults": self.faults} if self.faults else {})}
 
@@ -78,10 +86,16 @@ class EpisodeActor:
         faults_before = self._faults_injected()
         sandbox_failures = getattr(self.sandbox, "failures", 0)
         try:
-            obs, info = self.env.reset(seed=work.seed, options={"task": work.task, "sandbox": self.sandbox})
+            options = {"task": work.task, "sandbox": self.sandbox}
+            if self.harness is not None:
+                options.update(gateway=self.harness[1], deadline_s=self.cfg.max_episode_seconds)
+            obs, info = self.env.reset(seed=work.seed, options=options)
             traj.sandbox_start_s = info.get("sandbox_start_s")
-            conv = Conversation(self.tokenizer, self.env_cfg.system_prompt, obs)
-            self._play(work, conv, traj, sticky_key)
+            if self.harness is not None:
+                conv = self.harness[0].play(self.env, obs, info, work, traj, self.engines, sticky_key)
+            else:
+                conv = Conversation(self.tokenizer, self.env_cfg.system_prompt, obs)
+                self._play(work, conv, traj, sticky_key)
         except InfraError as err:
             self._mark_infra(traj, err.source, str(err))
             self._renew_env()
@@ -96,13 +110,35 @@ class EpisodeActor:
             # episode's record is incomplete, so it is an infra error like any other, never scored.
             err = self.sandbox.last_failure
             self._mark_infra(traj, err.source, f"sandbox failure absorbed by the env: {err}")
-        if conv is not None:
+        if isinstance(conv, ChatSession):
+            self._take_segments(conv, traj)
+        elif conv is not None:
             traj.token_ids, traj.loss_mask = list(conv.token_ids), list(conv.loss_mask)
             traj.logprobs, traj.versions = list(conv.logprobs), list(conv.versions)
             traj.messages = conv.messages()
         traj.finished_s = time.time()
         self._record_faults(self._faults_injected() - faults_before, traj)
         return traj
+
+    def _harness_side(self, gateway: Optional[GatewaySpec]) -> Optional[tuple[HarnessPlayer, Gateway]]:
+        """The player and this actor's session gateway when the env is an agent-harness env."""
+        if self.env.unwrapped.metadata.get("protocol") != "openai-chat":
+            return None
+        if gateway is None:
+            raise ValueError(f"env {self.env_cfg.id} needs a session gateway: build the episode actor with gateway="
+                             "GatewaySpec.from_config(cfg) (actors/launch.py does)")
+        player = HarnessPlayer(self.tokenizer, self.env_cfg.harness, self.cfg, POLICY_MODEL_ID, gateway.max_model_len)
+        return player, Gateway(POLICY_MODEL_ID, gateway.max_model_len, gateway.request_deadline_s)
+
+    @staticmethod
+    def _take_segments(chat: ChatSession, traj: Trajectory) -> None:
+        for segment in chat.segments:
+            traj.segment_starts.append(len(traj.token_ids))
+            traj.token_ids += segment.token_ids
+            traj.loss_mask += segment.loss_mask
+            traj.logprobs += segment.logprobs
+            traj.versions += segment.versions
+        traj.messages = chat.transcript()
 
     def _renew_env(self) -> None:
         """An exception inside reset or step leaves the env, and its wrappers, half-updated

@@ -106,6 +106,9 @@ class FaultySandbox:
         self._maybe_kill()
         return self.lease.read_file(path)
 
+    def gateway_dir(self):
+        return self.lease.gateway_dir()
+
     def write_file(self, path: str, content: str) -> None:
         self._maybe_kill()
         self.lease.write_file(path, content)

@@ -19,13 +19,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import queue
 import secrets
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from aiohttp import web
+
+from envs.gateway_route import make_connectable
 
 from policies.openai_wire import ChatRequest, OpenAIError, models_body, not_found_error, parse_chat_request, stream_events
 
@@ -96,7 +100,7 @@ class Gateway:
         self._thread.start()
         self._run(self._start())
         self.port: Optional[int] = None
-        self.socket_paths: set[str] = set()
+        self._unix_sites: dict[str, web.BaseSite] = {}
 
     # --- sessions -------------------------------------------------------------------------
     def open(self) -> Session:
@@ -121,8 +125,13 @@ class Gateway:
         return self.port
 
     def listen_unix(self, path: str) -> str:
-        self._run(self._site(lambda runner: web.UnixSite(runner, path)))
-        self.socket_paths.add(path)
+        """Listen on a lease's socket (envs/gateway_route.py), once per path; sites whose socket
+        is gone (a closed lease: pooled leases come and go) are stopped."""
+        for gone in [p for p in self._unix_sites if p != path and not os.path.exists(p)]:
+            self._run(self._unix_sites.pop(gone).stop())
+        if path not in self._unix_sites:
+            self._unix_sites[path] = self._run(self._site(lambda runner: web.UnixSite(runner, path)))
+            make_connectable(Path(path))
         return path
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from policies.checkpoint import PAUSE_ENV
 from actors.engine_router import EngineRouter
 from actors.faults import FaultPlan
+from actors.gateway import GatewaySpec
 from actors.engine_set import EngineSet
 from actors.placement import Placement
 from actors.placement_plan import build_plan
@@ -19,6 +20,7 @@ from actors.report import console
 from actors.remote import NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call, remote_trainer
 from configs import Config
 from configs.schema import RolloutConfig
+from envs.make import env_sandbox
 from envs.outcomes import InfraSource
 from envs.stream import TaskStream
 
@@ -130,14 +132,15 @@ def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
     seed = fleet.seed + generation * 1_000_003
     label = f"{i}-g{generation}" if generation else str(i)
     faults = FaultPlan.for_episode(cfg.faults, seed * 7919 + i)
+    sandbox = env_sandbox(cfg.env, cfg.sandbox)
     return RemoteEpisode.options(**_opts(fleet.namespace, f"{fleet.episode_prefix}-{label}")).remote(
-        i, fleet.rollout, cfg.env, cfg.sandbox, fleet.tokenizer_path,
+        i, fleet.rollout, cfg.env, sandbox, fleet.tokenizer_path,
         EngineRouter(fleet.engines, engine_call, lookup=NamedEngines(fleet.namespace),
                      generate_timeout_s=cfg.deadlines.generate_s),
         Proxy(fleet.collector),
-        SandboxLease(i, cfg.sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label,
+        SandboxLease(i, sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label,
                      margin_s=cfg.deadlines.sandbox_margin_s),
-        faults)
+        faults, GatewaySpec.from_config(cfg))
 
 
 def start_episodes(fleet: Fleet, cfg: Config, tokenizer_path: str, count: Optional[int] = None) -> None:

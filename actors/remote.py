@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from pathlib import Path
 from typing import Optional
 
 import ray
@@ -195,6 +196,17 @@ class SandboxLease:
 
     def reset(self) -> None:
         self._call("reset", timeout_s=self.margin_s)
+
+    def gateway_dir(self) -> Optional[Path]:
+        """The lease's gateway folder on the sandbox actor's host, which must be this one: the
+        harness reaches its session through a Unix socket (keep sandboxes on their episode's node
+        with ray.sandbox_resource)."""
+        path = self._call("gateway_dir", timeout_s=self.margin_s)
+        if path is not None and not Path(path).is_dir():
+            raise InfraError(InfraSource.SANDBOX, f"sandbox-{self.label}'s gateway folder {path} is not on this node: "
+                             "an agent-harness env needs its sandboxes on its episode actors' nodes "
+                             "(set ray.sandbox_resource to a resource of those nodes)")
+        return path
 
     def close(self) -> None:
         if self._handle is None:

@@ -236,7 +236,7 @@ class SampleCollector(WorkSource):
                 if key in self._trained_keys:
                     raise AccountingError(f"trajectory {key} would be trained twice")
                 self._trained_keys.add(key)
-                samples.append(TrainSample(traj.token_ids, traj.loss_mask, traj.logprobs, advantage, traj.versions))
+                samples.extend(traj.samples(advantage))
                 kept.append(traj)
         finished, self._finished_since_batch = self._finished_since_batch, []
         now = time.monotonic()

@@ -6,13 +6,14 @@ ends the actors, so no workspace outlives its run.
 from __future__ import annotations
 
 import time
-from typing import Dict, get_args
+from pathlib import Path
+from typing import Dict, Optional, get_args
 
 from configs.schema import SandboxBackend, SandboxConfig
 from envs.docker_sandbox import DockerSandbox
 from envs.e2b_sandbox import E2BSandbox
 from envs.local_sandbox import LocalSandbox
-from envs.sandbox import ExecResult
+from envs.sandbox import ExecResult, RoutedSandbox
 from envs.sandbox_pool import BackendFactory, pooled
 
 # sandbox.backend -> what builds it from SandboxConfig, inside a warm pool when sandbox.pool_size > 0.
@@ -51,6 +52,9 @@ class SandboxActor:
 
     def reset(self) -> None:
         self.backend.reset()
+
+    def gateway_dir(self) -> Optional[Path]:
+        return self.backend.gateway_dir() if isinstance(self.backend, RoutedSandbox) else None
 
     def close(self) -> None:
         self.backend.close()

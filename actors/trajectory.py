@@ -52,6 +52,17 @@ class Trajectory:
     # Why an unresolved attempt was not graded by its tests (what it left beyond env.swe's bounds,
     # a clash with the graded view, a reset it defeated); "" when its tests decided.
     unresolved_reason: str = ""
+    # Where each training sample of the trajectory starts in token_ids (swerve/Harness-v0: a
+    # request that rewrote the history started a new segment); [0] or empty: one sample.
+    segment_starts: list[int] = field(default_factory=list)
+    # swerve/Harness-v0: the harness's exit code, output tail, requests and what was not done as asked.
+    harness: dict = field(default_factory=dict)
+
+    def samples(self, advantage: float) -> list[TrainSample]:
+        """The trajectory as training samples, one per segment, each with the group's advantage."""
+        bounds = [*(self.segment_starts or [0]), len(self.token_ids)]
+        return [TrainSample(self.token_ids[a:b], self.loss_mask[a:b], self.logprobs[a:b], advantage,
+                            self.versions[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
 
     @property
     def is_infra_error(self) -> bool:
@@ -81,6 +92,8 @@ class Trajectory:
             "error": self.error,
             "tampered": dict(self.tampered),
             "unresolved_reason": self.unresolved_reason,
+            "segments": max(1, len(self.segment_starts)),
+            **({"harness": self.harness} if self.harness else {}),
             "messages": self.messages,
         }
 

@@ -1,6 +1,6 @@
 """Gymnasium text environments, tasks, sandboxes and the grader.
 
-Importing envs (any module of it) registers `swerve/SWE-v0` and `swerve/Reverse-v0` with
+Importing envs (any module of it) registers `swerve/SWE-v0`, `swerve/Harness-v0` and `swerve/Reverse-v0` with
 gymnasium. Entry points are strings, so registering imports neither env and the package stays
 cheap to import. `envs.make.make_env` builds the configured env with the run's config.
 """
@@ -14,6 +14,7 @@ from envs.tasks import Task
 ENV_IDS = {
     "swerve/SWE-v0": "envs.swe_env:SWEEnv",
     "swerve/Reverse-v0": "envs.reverse_env:ReverseEnv",
+    "swerve/Harness-v0": "envs.harness_env:HarnessEnv",
 }
 
 for _env_id, _entry_point in ENV_IDS.items():

@@ -15,11 +15,12 @@ import collections
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
 from configs.schema import SandboxConfig
 from envs.outcomes import InfraError, InfraSource
-from envs.sandbox import ExecResult, Sandbox
+from envs.sandbox import ExecResult, RoutedSandbox, Sandbox
 from envs.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,11 @@ class SandboxPool:
 
     def reset(self) -> None:
         self._lease().reset()
+
+    def gateway_dir(self) -> Optional[Path]:
+        """The open lease's gateway folder (envs/gateway_route.py); None where its backend has none."""
+        lease = self._lease()
+        return lease.gateway_dir() if isinstance(lease, RoutedSandbox) else None
 
     def close(self) -> None:
         """Close the current lease and every ready one; waits for a lease being prepared."""

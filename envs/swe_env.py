@@ -107,7 +107,7 @@ class SWEEnv(gymnasium.Env):
         self._format_errors = 0
         if parsed.kind == COMMAND:
             return self._run(parsed.command)
-        return self._submit()
+        return self.grade()
 
     def close(self) -> None:
         if self._sandbox is not None and self._sandbox is not self._own_sandbox:
@@ -138,7 +138,9 @@ class SWEEnv(gymnasium.Env):
                 "output_truncated": result.output_truncated}
         return self._fit(f"{header}\n{result.output}"), 0.0, False, False, info
 
-    def _submit(self):
+    def grade(self):
+        """Grade the workspace on the pristine view and end the episode (the agent's submit; a
+        harness's exit under swerve/Harness-v0): the step tuple of that last step."""
         started_s = time.monotonic()
         verdict = grade_on_pristine(self._sandbox, self.task, self._pristine, self.config)
         self._done = True

@@ -98,6 +98,10 @@ class DeadlinesConfig:
     checkpoint_s: float = 1800.0
     # Room above a sandbox call's own time limit before its actor counts as hung.
     sandbox_margin_s: float = 30.0
+    # The longest an agent harness's request waits in the session gateway for its answer
+    # (swerve/Harness-v0). Timeouts nest: sandbox.command_timeout_s < env.harness.step_timeout_s
+    # < rollout.max_episode_seconds < this, so a cap always ends an episode before a request dies.
+    gateway_request_s: float = 7200.0
     # The GPU placement groups of a run must be ready within this (actors/placement.py): GPUs
     # the cluster declares but others hold are reported, not waited on forever.
     placement_s: float = 600.0
