@@ -27,7 +27,7 @@ from typing import Any, Optional, Union
 import gymnasium
 
 from configs.schema import HarnessConfig
-from envs.gateway_route import GATEWAY_MOUNT, JAIL_PORT, ROUTE_FAILED_EXIT, harness_script, socket_path_for
+from envs.gateway_route import GATEWAY_MOUNT, JAIL_PORT, harness_script, route_failed, socket_path_for
 from envs.harnesses import harness_command
 from envs.outcomes import InfraError, InfraSource, Outcome
 from envs.sandbox import ExecResult
@@ -77,7 +77,7 @@ class HarnessEnv(gymnasium.Env):
         budget_s = float(options.pop("deadline_s", 3600.0))
         self._close_session()
         _, info = self._swe.reset(seed=seed, options=options)
-        sandbox = self._swe._sandbox
+        sandbox = self._swe.sandbox
         host_socket = socket_path_for(sandbox)
         if host_socket is None:
             raise InfraError(InfraSource.SANDBOX, f"sandbox backend {type(sandbox).__name__} offers no gateway "
@@ -143,7 +143,8 @@ class HarnessEnv(gymnasium.Env):
             pending = self._session.next_request(_POLL_S)
             if pending is not None:
                 self._pending = pending
-                return _new_messages_text(pending.request.messages), False, {"request": pending, "outcome": None}
+                text = self._swe.fit_observation(_new_messages_text(pending.request.messages))
+                return text, False, {"request": pending, "outcome": None}
             if not self._thread.is_alive() and self._session.inbox.empty():
                 return "", True, self._harness_end()
             if time.monotonic() > self._deadline:
@@ -154,7 +155,7 @@ class HarnessEnv(gymnasium.Env):
             raise self._result["error"]
         result: ExecResult = self._result["exec"]
         tail = result.output[-OUTPUT_TAIL_CHARS:]
-        if result.exit_code == ROUTE_FAILED_EXIT:
+        if route_failed(result):
             raise InfraError(InfraSource.SANDBOX, f"the gateway route into the sandbox failed: {tail[-1000:]}")
         if result.exit_code in NOT_RUN_EXITS and self._session.requests == 0:
             raise InfraError(InfraSource.ENV, f"the harness could not start (exit {result.exit_code}); is it "

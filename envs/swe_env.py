@@ -96,7 +96,7 @@ class SWEEnv(gymnasium.Env):
         self._format_errors = 0
         self._done = False
         info = {"task_id": self.task.id, "sandbox_start_s": start_s, "outcome": None, "exec_s": 0.0}
-        return self._fit(self.task.problem_statement), info
+        return self.fit_observation(self.task.problem_statement), info
 
     def step(self, action: str):
         if self._done:
@@ -124,7 +124,7 @@ class SWEEnv(gymnasium.Env):
         info = {"outcome": Outcome.FORMAT_ERROR.value if terminated else None, "exec_s": 0.0}
         if terminated:
             info["model_patch"], info["tampered"] = self.final_change()
-        return self._fit(message), 0.0, terminated, False, info
+        return self.fit_observation(message), 0.0, terminated, False, info
 
     def _run(self, command: str):
         # No limit of our own: the sandbox applies its sandbox.command_timeout_s, the run's.
@@ -136,7 +136,7 @@ class SWEEnv(gymnasium.Env):
             header += " (output truncated at sandbox.max_output_bytes; narrow it with head or grep)"
         info = {"outcome": None, "exec_s": result.duration_s, "exit_code": result.exit_code,
                 "output_truncated": result.output_truncated}
-        return self._fit(f"{header}\n{result.output}"), 0.0, False, False, info
+        return self.fit_observation(f"{header}\n{result.output}"), 0.0, False, False, info
 
     def grade(self):
         """Grade the workspace on the pristine view and end the episode (the agent's submit; a
@@ -170,7 +170,7 @@ class SWEEnv(gymnasium.Env):
             "hidden_status": dict(verdict.result.hidden_status) if verdict.result is not None else {},
         }
         reward = 1.0 if verdict.resolved else 0.0
-        return self._fit("\n".join(lines)), reward, True, False, info
+        return self.fit_observation("\n".join(lines)), reward, True, False, info
 
     def final_change(self) -> tuple[str, dict]:
         """For an episode a cap ended: the allowed part of the workspace's change as a unified
@@ -186,6 +186,11 @@ class SWEEnv(gymnasium.Env):
             log.warning("model_patch of %s not captured: %s: %s", self.task.id, type(err).__name__, err)
         return "", {}
 
+    @property
+    def sandbox(self) -> Optional[Sandbox]:
+        """The episode's sandbox lease (None before reset)."""
+        return self._sandbox
+
     def _pick_task(self) -> Task:
         tasks = self.tasks_config
         if self._tasks is None:
@@ -199,5 +204,5 @@ class SWEEnv(gymnasium.Env):
             self._own_sandbox = LocalSandbox(self.sandbox_config)
         return self._own_sandbox
 
-    def _fit(self, text: str) -> str:
+    def fit_observation(self, text: str) -> str:
         return truncate_middle(text, self.config.max_observation_chars)

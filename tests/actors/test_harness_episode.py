@@ -4,6 +4,7 @@ import shutil
 import textwrap
 
 import pytest
+import yaml
 
 from actors.engine_actor import EngineActor
 from actors.engine_router import EngineRouter, local_call
@@ -105,3 +106,27 @@ def test_a_harness_that_ignores_its_session_end_is_stopped_at_the_request_cap(tm
     traj, _ = run(tmp_path, model_path, tokenizer_path, task,
                   lambda script, patch: f"python3 {script} {patch} 1; sleep 1000", max_requests=1)
     assert traj.outcome == "truncated" and traj.turns == 1 and traj.reward == 0.0
+
+
+@pytest.mark.parametrize("config", ["default", "text"])
+def test_mini_swe_agent_runs_unmodified_in_the_jail(tmp_path, model_path, tokenizer_path, task, config):
+    """The real mini-swe-agent 2.4.6 (`make harness`), in its default tool-calling configuration and
+    its text-based one: the untrained policy's replies are its outcome (graded), never an infra error."""
+    from envs.harnesses import mini_swe_agent_home
+    mini_swe_agent_home()  # the set-up installs it (`make harness`); missing, this names the target
+    env = EnvConfig(id="swerve/Harness-v0", harness=HarnessConfig(mini_swe_agent_config=config, max_requests=3))
+    sandbox_cfg = env_sandbox(env, SandboxConfig())
+    engines = EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call)
+    actor = EpisodeActor(0, RolloutConfig(max_tokens_per_turn=16, max_episode_seconds=180.0), env, sandbox_cfg,
+                         tokenizer_path, engines, None, LocalSandbox(sandbox_cfg), gateway=GatewaySpec(4096, 600.0))
+    try:
+        traj = actor.run_episode(WorkItem(task, task.id, group_id=0, member=0, attempt=0, admitted_version=0, seed=5))
+    finally:
+        actor.env.close()
+        actor.harness[1].close()
+    assert traj.outcome in ("unresolved", "truncated"), (traj.outcome, traj.error, traj.harness)
+    assert traj.turns >= 1 and traj.messages[0]["role"] == "system"
+    configs = next(mini_swe_agent_home().glob("lib/python*/site-packages/minisweagent/config"))
+    own = yaml.safe_load((configs / ("mini.yaml" if config == "default" else "mini_textbased.yaml")).read_text())
+    assert traj.messages[0]["content"] == own["agent"]["system_template"].strip()  # its own prompt, unmodified
+    assert sum(traj.loss_mask) > 0 and len(traj.segment_starts) >= 1
