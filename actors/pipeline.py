@@ -19,6 +19,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -252,7 +253,9 @@ def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> di
     from actors.driver import train
     from actors.evaluate import evaluate
     from actors.policy_setup import ensure_policy
+    from actors.harness_traces import write_harness_traces
     from envs.expert import write_traces
+    from envs.make import takes_harness
     from envs.loaders import load_tasks
     from policies.sft import run_sft
 
@@ -289,8 +292,14 @@ def _run_stages(cfg: Config, root: Path, plans: list, loggers: RunLoggers) -> di
             train_tasks = train_tasks[: cfg.pipeline.trace_tasks or len(train_tasks)]
             traced_ids = [t.id for t in train_tasks]
             bar = console.progress("sft traces", len(train_tasks), "tasks")
-            counts = write_traces(str(traces), train_tasks, cfg.pipeline, cfg.env, cfg.sandbox, cfg.run.seed,
-                                  on_task=lambda done, resolved: bar.update(done, f"{resolved} traces resolved"))
+            progress = lambda done, resolved: bar.update(done, f"{resolved} traces resolved")  # noqa: E731
+            if takes_harness(cfg.env.id):  # the harness itself makes them, in its own format
+                counts = write_harness_traces(str(traces), train_tasks, cfg, tokenizer_path, on_task=progress,
+                                              workers=cfg.pipeline.trace_workers or os.cpu_count() or 1)
+                counts["with_recovery"] = 0
+            else:
+                counts = write_traces(str(traces), train_tasks, cfg.pipeline, cfg.env, cfg.sandbox, cfg.run.seed,
+                                      on_task=progress)
             bar.finish()
             console.say(f"pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)")
             policy = str(stage_dir / "policy")

@@ -77,7 +77,7 @@ def make_gateway_dir(parent: Path) -> Path:
 def socket_path_for(sandbox: RoutedSandbox) -> Optional[Path]:
     """Host path where the gateway listens for this lease's harness; None where the sandbox
     offers no route (e2b, isolation none: see this module's docstring)."""
-    if not isinstance(sandbox, RoutedSandbox):
+    if not callable(getattr(sandbox, "gateway_dir", None)):
         raise TypeError(f"{type(sandbox).__name__} has no gateway_dir(): a wrapper that passes it on to its "
                         "backend is missing (envs/sandbox.py RoutedSandbox)")
     directory = sandbox.gateway_dir()

@@ -1,6 +1,8 @@
 """Supervised fine-tuning on agent traces: OpenAI-style `messages` JSONL -> an HF model directory.
 
-Each line: {"messages": [{"role", "content"}, ...], "tools": [...]?, "resolved": bool?}.
+Each line: {"messages": [{"role", "content"}, ...], "tools": [...]?, "resolved": bool?}, or a
+token row {"token_ids": [...], "loss_mask": [...], "resolved": bool?}: a trajectory recorded
+token-exactly (an agent harness's, actors/harness_traces.py), trained as it is.
 Conversations are rendered with the tokenizer's chat template and tokenized piece by piece
 exactly as rollout sees them (policies/conversation.py): the prompt up to each generation
 prompt, each assistant reply through its end-of-turn token on its own, the text between on its
@@ -47,8 +49,14 @@ def read_traces(path: str, filter_resolved: bool) -> tuple[list[dict], int]:
             if not line.strip():
                 continue
             row = json.loads(line)
-            if not isinstance(row.get("messages"), list) or not row["messages"]:
-                raise ValueError(f"{path}:{number}: a trace needs a non-empty 'messages' list")
+            if "token_ids" in row:
+                ids, mask = row["token_ids"], row.get("loss_mask")
+                if not isinstance(ids, list) or not ids or not isinstance(mask, list) or len(mask) != len(ids):
+                    raise ValueError(f"{path}:{number}: a token row needs non-empty 'token_ids' and a 'loss_mask' "
+                                     "of the same length")
+            elif not isinstance(row.get("messages"), list) or not row["messages"]:
+                raise ValueError(f"{path}:{number}: a trace needs a non-empty 'messages' list, or 'token_ids' "
+                                 "and 'loss_mask'")
             if filter_resolved and row.get("resolved") is False:
                 skipped += 1
                 continue
@@ -113,6 +121,17 @@ def render_example(tokenizer, messages: list[dict], tools: Optional[list] = None
     return Example(ids, mask)
 
 
+def token_example(token_ids: list[int], loss_mask: list[int], loss_on_all_tokens: bool = False,
+                  max_tokens: int = 0) -> Example:
+    """A token row as an Example: its ids as recorded, its mask (or all of it)."""
+    ids = [int(t) for t in token_ids]
+    mask = [1] * len(ids) if loss_on_all_tokens else [int(m) for m in loss_mask]
+    mask[0] = 0  # nothing predicts the first token
+    if max_tokens:
+        ids, mask = ids[:max_tokens], mask[:max_tokens]
+    return Example(ids, mask)
+
+
 def _batches(examples: list[Example], batch_size: int, rng: random.Random, pool_batches: int = 8):
     """Shuffled batches of similar lengths: padding is wasted compute, so each pool of
     `pool_batches` batches is sorted by length before it is cut; the batches are shuffled."""
@@ -150,7 +169,9 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(tokenizer_path)
     rows, skipped = read_traces(data_file, cfg.filter_resolved)
-    examples = [render_example(tokenizer, r["messages"], r.get("tools"), cfg.loss_on_all_tokens, cfg.max_seq_tokens)
+    examples = [token_example(r["token_ids"], r["loss_mask"], cfg.loss_on_all_tokens, cfg.max_seq_tokens)
+                if "token_ids" in r else
+                render_example(tokenizer, r["messages"], r.get("tools"), cfg.loss_on_all_tokens, cfg.max_seq_tokens)
                 for r in rows]
     examples = [e for e in examples if sum(e.loss_mask) > 0]
     if not examples:

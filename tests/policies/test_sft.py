@@ -5,7 +5,7 @@ import torch
 
 from configs.schema import SFTConfig
 from policies.conversation import Conversation
-from policies.sft import read_traces, render_example, run_sft
+from policies.sft import read_traces, render_example, run_sft, token_example
 from policies.tokenizer import IM_END
 
 SYSTEM = "You fix bugs. Reply with one bash block."
@@ -92,3 +92,24 @@ def test_no_steps_is_an_error(model_path, tokenizer_path, tmp_path):
     data = write_traces(tmp_path / "traces.jsonl")
     with pytest.raises(ValueError, match="sft.epochs"):
         run_sft(model_path, tokenizer_path, data, str(tmp_path / "out"), SFTConfig(epochs=0, max_steps=0))
+
+
+def test_token_rows_train_as_recorded(model_path, tokenizer_path, tmp_path):
+    """A harness trajectory's token row (actors/harness_traces.py) is trained on its own ids and
+    mask, never re-rendered; a malformed one is refused with the line it is on."""
+    rows = [{"token_ids": [1, 5, 9, 12, 7, 7, 7], "loss_mask": [0, 0, 0, 0, 1, 1, 1], "resolved": True},
+            {"token_ids": [3, 4], "loss_mask": [0, 1], "resolved": False}]
+    path = tmp_path / "tokens.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    kept, skipped = read_traces(str(path), filter_resolved=True)
+    assert len(kept) == 1 and skipped == 1
+    example = token_example(kept[0]["token_ids"], kept[0]["loss_mask"])
+    assert example.token_ids == rows[0]["token_ids"] and example.loss_mask == rows[0]["loss_mask"]
+    assert token_example([3, 4, 5], [1, 1, 1], max_tokens=2).loss_mask == [0, 1]  # nothing predicts the first
+    summary = run_sft(model_path, tokenizer_path, str(path), str(tmp_path / "out"),
+                      SFTConfig(lr=3e-3, batch_size=1, epochs=0, max_steps=8, seed=0, loss_on_all_tokens=False))
+    assert summary["examples"] == 1 and summary["loss_tokens"] == 3
+    assert summary["losses"][-1] < summary["losses"][0]
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"token_ids": [1, 2], "loss_mask": [0]}) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl:1: a token row"):
+        read_traces(str(tmp_path / "bad.jsonl"), filter_resolved=False)
