@@ -73,6 +73,9 @@ def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int
         "tail_fraction": tail_fraction(kept),
         "turns_mean": statistics.fmean(t.turns for t in kept) if kept else None,
         "tokens_mean": statistics.fmean(t.num_generated for t in kept) if kept else None,
+        # Training samples per trajectory: above 1 when agent harnesses rewrote their history
+        # (swerve/Harness-v0 under env.harness.history=split).
+        "segments_mean": statistics.fmean(max(1, len(t.segment_starts)) for t in kept) if kept else None,
         "entropy_mean": entropy_estimate([t for t in finished if not t.is_infra_error]),
         "sandbox_start_p50_s": statistics.median(starts) if starts else None,
         "rollout_traj_per_hour": len(finished) * 3600.0 / window_s if window_s > 0 else None,

@@ -22,6 +22,9 @@ CHOICES = {
 }
 
 
+# The agent-harness env, whose timeouts must nest (_check_harness_timeouts).
+HARNESS_ENV_ID = "swerve/Harness-v0"
+
 # A YAML file's top-level `base: other.yaml` applies that file first.
 BASE_KEY = "base"
 
@@ -217,12 +220,28 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"config key 'rollout.top_p' is {cfg.rollout.top_p}; allowed: (0, 1]")
     if cfg.rollout.temperature < 0:
         raise ConfigError(f"config key 'rollout.temperature' is {cfg.rollout.temperature}; it must be >= 0")
+    if cfg.env.id == HARNESS_ENV_ID:
+        _check_harness_timeouts(cfg)
     for key in ("faults.sandbox_kill_rate", "faults.llm_error_rate", "faults.sandbox_start_fail_rate",
                 "faults.engine_kill_rate", "faults.grader_crash_rate"):
         section, name = key.split(".")
         rate = getattr(cfg.faults, name)
         if not 0.0 <= rate <= 1.0:
             raise ConfigError(f"config key '{key}' is {rate}; allowed: [0, 1]")
+
+
+def _check_harness_timeouts(cfg: Config) -> None:
+    """An agent harness's limits nest, so the inner one always ends a hang first: a command
+    ends before the harness gives up on a model call, a call before the episode's cap, the
+    episode before its request would die in the gateway."""
+    chain = [("sandbox.command_timeout_s", cfg.sandbox.command_timeout_s),
+             ("env.harness.step_timeout_s", cfg.env.harness.step_timeout_s),
+             ("rollout.max_episode_seconds", cfg.rollout.max_episode_seconds),
+             ("deadlines.gateway_request_s", cfg.deadlines.gateway_request_s)]
+    for (inner, inner_s), (outer, outer_s) in zip(chain, chain[1:]):
+        if not inner_s < outer_s:
+            raise ConfigError(f"config key '{inner}' ({inner_s:g}) must be < {outer} ({outer_s:g}) under "
+                              f"{HARNESS_ENV_ID}: timeouts nest {' < '.join(key for key, _ in chain)}")
 
 
 def to_yaml(cfg: Config) -> str:

@@ -160,3 +160,15 @@ def test_fractions_outside_zero_one_name_their_key():
     for key in ("rollout.explore_fraction", "pipeline.recovery_rate"):
         with pytest.raises(ConfigError, match=rf"{key}.*allowed: \[0, 1\]"):
             load_config(None, [f"{key}=1.5"])
+
+
+def test_an_agent_harness_timeouts_must_nest():
+    cfg = load_config("configs/harness_mini_swe_agent.yaml", [])
+    assert cfg.sandbox.command_timeout_s < cfg.env.harness.step_timeout_s < cfg.rollout.max_episode_seconds \
+        < cfg.deadlines.gateway_request_s
+    for override, named in (("env.harness.step_timeout_s=240", "env.harness.step_timeout_s"),
+                            ("sandbox.command_timeout_s=500", "sandbox.command_timeout_s"),
+                            ("deadlines.gateway_request_s=60", "rollout.max_episode_seconds")):
+        with pytest.raises(ConfigError, match=f"'{named}'.*timeouts nest"):
+            load_config("configs/harness_mini_swe_agent.yaml", [override])
+    load_config("configs/default.yaml", ["env.harness.step_timeout_s=100000"])  # only the harness env nests them
