@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.async_vs_sync import async_vs_sync
+from bench.gateway import gateway
 from bench.multiturn_rollout import multiturn_rollout
 from bench.reliability import reliability
 from bench.scale import scale
@@ -171,6 +172,7 @@ BENCHMARKS: dict[str, Callable[[Config, int], dict]] = {
     "weight_sync": weight_sync,
     "reliability": reliability,
     "multiturn_rollout": multiturn_rollout,
+    "gateway": gateway,
 }
 # Benchmarks that also write a report of their own next to the table.
 REPORTS: dict[str, Callable[[dict], None]] = {"reliability": _reliability_report}
@@ -206,6 +208,8 @@ KEY_FIGURES = {
     "engine_throughput": ("ratio_batched_over_sequential",),
     "weight_sync": ("seconds_two_engines", "seconds_one_engine"),
     "multiturn_rollout": ("tokens_per_s_cache_on", "tokens_per_s_cache_off", "token_identical"),
+    "gateway": ("added_p50_s", "added_p99_s", "requests_per_s_one_core", "requests_per_s_wall", "server_core_share",
+                "requests_per_s_one_core_first_request"),
 }
 
 
