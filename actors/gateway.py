@@ -78,12 +78,16 @@ class Session:
     inbox: "queue.Queue[Pending]" = field(default_factory=queue.Queue)
     requests: int = 0
     refused: int = 0  # answered by the gateway itself: bad requests, unauthorised
+    # Handed to the episode; answered ones are skipped when the session closes.
+    taken: list = field(default_factory=list)
 
     def next_request(self, timeout_s: float) -> Optional[Pending]:
         try:
-            return self.inbox.get(timeout=timeout_s)
+            pending = self.inbox.get(timeout=timeout_s)
         except queue.Empty:
             return None
+        self.taken = [p for p in self.taken if not p.future.done()] + [pending]
+        return pending
 
 
 class Gateway:
@@ -109,14 +113,16 @@ class Gateway:
         return session
 
     def close_session(self, session: Session) -> None:
-        """Forget it; whatever it still holds is answered 404 (its harness gets no more replies)."""
+        """Forget it; every request it still holds, queued or taken and never answered (the
+        episode failed under it), is answered 404: its harness gets no more replies."""
         self._sessions.pop(session.sid, None)
-        while True:
-            pending = session.next_request(0)
-            if pending is None:
-                return
-            error = not_found_error(f"/sessions/{session.sid}/v1 (the episode ended)")
+        error = not_found_error(f"/sessions/{session.sid}/v1 (the episode ended)")
+        queued = []
+        while not session.inbox.empty():
+            queued.append(session.inbox.get_nowait())
+        for pending in [*session.taken, *queued]:
             pending.answer(error.status, error.body())
+        session.taken = []
 
     # --- listening ------------------------------------------------------------------------
     def listen_tcp(self, host: str = "127.0.0.1", port: int = 0) -> int:

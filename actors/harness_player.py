@@ -42,6 +42,17 @@ class HarnessPlayer:
     def play(self, env, obs, info: dict, work: WorkItem, traj: Trajectory, engines, sticky_key: str) -> ChatSession:
         """Answer requests until the env ends the episode; fills traj's outcome and change."""
         chat = ChatSession(self.tokenizer, self.harness.history, self.max_context_tokens)
+        try:
+            self._play(env, info, work, traj, engines, sticky_key, chat)
+        except BaseException:
+            # An engine or sandbox failure ends the episode as infra_error: the harness still
+            # runs in the lease and must be stopped before the next episode uses it.
+            env.unwrapped.stop_harness()
+            raise
+        return chat
+
+    def _play(self, env, info: dict, work: WorkItem, traj: Trajectory, engines, sticky_key: str,
+              chat: ChatSession) -> None:
         books = RequestBooks()
         while True:
             request: ChatRequest = info["request"].request
@@ -60,7 +71,7 @@ class HarnessPlayer:
                                 if key in info}
                 traj.harness.update(requested_temperatures=books.temperatures[:20], answered_with_error=books.refused,
                                     segments=len(chat.segments))
-                return chat
+                return
 
     def answer(self, request: ChatRequest, chat: ChatSession, work: WorkItem, traj: Trajectory, engines,
                sticky_key: str, books: RequestBooks) -> tuple[int, dict]:

@@ -112,6 +112,11 @@ class HarnessEnv(gymnasium.Env):
     def final_change(self) -> tuple[str, dict]:
         return self._swe.final_change()
 
+    def stop_harness(self) -> None:
+        """End the episode's session and stop its harness (the player failed under it)."""
+        self._done = True
+        self._close_session()
+
     def close(self) -> None:
         self._close_session()
         self._swe.close()

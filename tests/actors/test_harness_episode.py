@@ -15,6 +15,7 @@ from configs.schema import EngineConfig, EnvConfig, HarnessConfig, RolloutConfig
 from envs.local_sandbox import LocalSandbox
 from envs.loaders import load_tasks
 from envs.make import env_sandbox
+from envs.outcomes import InfraError, InfraSource
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]
 
@@ -53,7 +54,7 @@ def task():
     return load_tasks("builtin", "train")[0]
 
 
-def run(tmp_path, model_path, tokenizer_path, task, command_for, **harness_fields):
+def run(tmp_path, model_path, tokenizer_path, task, command_for, fail_at=None, **harness_fields):
     script, patch = tmp_path / "harness.py", tmp_path / "fix.patch"
     script.write_text(HARNESS)
     patch.write_text(task.gold_patch)
@@ -61,6 +62,9 @@ def run(tmp_path, model_path, tokenizer_path, task, command_for, **harness_field
 
     class Recording(EngineRouter):
         def generate(self, request, sticky_key):
+            if len(seen) == fail_at:
+                seen.append(None)
+                raise InfraError(InfraSource.ENGINE, "injected: the engine died")
             out = super().generate(request, sticky_key)
             seen.append((list(request.prompt_ids), out))
             return out
@@ -76,6 +80,10 @@ def run(tmp_path, model_path, tokenizer_path, task, command_for, **harness_field
                          gateway=GatewaySpec(4096, 600.0))
     try:
         traj = actor.run_episode(WorkItem(task, task.id, group_id=0, member=0, attempt=0, admitted_version=0, seed=5))
+        if fail_at is not None:  # the same actor and lease go on: the failed episode's harness is gone
+            seen[:] = [s for s in seen if s is not None] + [None] * 9
+            again = actor.run_episode(WorkItem(task, task.id, 0, 0, 1, 0, seed=6))
+            return traj, again
     finally:
         actor.env.close()
         actor.harness[1].close()
@@ -130,3 +138,12 @@ def test_mini_swe_agent_runs_unmodified_in_the_jail(tmp_path, model_path, tokeni
     own = yaml.safe_load((configs / ("mini.yaml" if config == "default" else "mini_textbased.yaml")).read_text())
     assert traj.messages[0]["content"] == own["agent"]["system_template"].strip()  # its own prompt, unmodified
     assert sum(traj.loss_mask) > 0 and len(traj.segment_starts) >= 1
+
+
+def test_an_engine_failure_is_an_infra_error_and_stops_the_harness(tmp_path, model_path, tokenizer_path, task):
+    # The second request's generate fails; that episode is swerve's failure, and its harness,
+    # which would sleep on, is stopped so that the next episode has the lease to itself.
+    failed, again = run(tmp_path, model_path, tokenizer_path, task,
+                        lambda script, patch: f"python3 {script} {patch} 1; sleep 1000", fail_at=1, max_requests=2)
+    assert failed.outcome == "infra_error" and failed.infra_source == "engine"
+    assert again.outcome in ("resolved", "unresolved", "truncated"), (again.outcome, again.error)
