@@ -100,7 +100,7 @@ class HarnessPlayer:
         out = engines.generate(SampleRequest(prompt, max(1, min(wanted, self.rollout.max_tokens_per_turn, room)),
                                              self.rollout.temperature, self.rollout.top_p, self.stop_ids, seed=seed,
                                              priority=age_priority(oldest, traj.started_s)), sticky_key)
-        reply = chat.reply(out, request.stop)
+        reply = chat.reply(out, request.stop, token_texts=request.logprobs)
         return completion_body(model=self.model, content=reply.content, tool_calls=reply.tool_calls,
                                finish_reason=reply.finish_reason, prompt_tokens=reply.prompt_tokens,
                                completion_tokens=reply.completion_tokens,

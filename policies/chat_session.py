@@ -54,7 +54,7 @@ class Reply:
     finish_reason: str  # "stop" | "length" (the wire says "tool_calls" when there are calls)
     prompt_tokens: int
     completion_tokens: int
-    token_logprobs: List[tuple]  # (token text, logprob) of the returned tokens
+    token_logprobs: List[tuple]  # (token text, logprob) of the returned tokens, when asked for
 
 
 def _arguments(call: dict) -> Any:
@@ -137,7 +137,7 @@ class ChatSession:
         if prompt_tokens >= self._max_context_tokens:
             raise context_length_error(prompt_tokens, self._max_context_tokens)
 
-    def reply(self, out: SampleOutput, stop: Sequence[str] = ()) -> Reply:
+    def reply(self, out: SampleOutput, stop: Sequence[str] = (), token_texts: bool = False) -> Reply:
         """Take the engine's sample for the last prompt; the assistant message the harness gets."""
         ids, logprobs, versions = list(out.token_ids), list(out.logprobs), list(out.versions)
         prompt_tokens = len(self.current.token_ids)
@@ -158,7 +158,9 @@ class ChatSession:
         if tool_calls:
             message["tool_calls"] = tool_calls
         self._messages = self._messages + [message]
-        pieces = [self._tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+        # Each token's own text only when the request asked for log-probs: decoding token by
+        # token is most of a reply's cost otherwise.
+        pieces = [self._tokenizer.decode([t], skip_special_tokens=False) for t in ids] if token_texts else []
         return Reply(content, tool_calls, "stop" if stopped else "length", prompt_tokens, len(ids),
                      list(zip(pieces, logprobs)))
 
