@@ -164,13 +164,7 @@ class EpisodeActor:
             obs, reward, terminated, truncated, info = self.env.step(text)
             traj.turns += 1
             if terminated or truncated:
-                traj.reward = float(reward)
-                traj.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
-                if "model_patch" in info:
-                    traj.model_patch, traj.tampered = info["model_patch"], dict(info.get("tampered", {}))
-                    traj.unresolved_reason = info.get("unresolved_reason", "")
-                else:
-                    traj.model_patch, traj.tampered = self._final_change()
+                traj.record_end(reward, terminated, info, self._final_change)
                 return
             if time.monotonic() > deadline:
                 break  # time cap: stays TRUNCATED

@@ -30,6 +30,7 @@ from typing import Optional
 from aiohttp import web
 
 from envs.gateway_route import make_connectable
+from policies.server.serving import stream_sse
 
 from policies.openai_wire import ChatRequest, OpenAIError, models_body, not_found_error, parse_chat_request, stream_events
 
@@ -202,12 +203,7 @@ class Gateway:
                               code="timeout", type="server_error") from error
         if status != 200 or not chat.stream:
             return web.json_response(reply, status=status)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        for event in stream_events(reply, chat.include_usage):
-            await response.write(event)
-        await response.write_eof()
-        return response
+        return await stream_sse(request, stream_events(reply, chat.include_usage))
 
 
 @web.middleware

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from actors.trajectory import Trajectory, WorkItem, oldest_version
 from configs.schema import HarnessConfig, RolloutConfig
-from envs.outcomes import Outcome
 from policies.chat_session import ChatSession
 from policies.chat_tokenizer import IM_END
 from policies.conversation import ChatTokenizerLike
@@ -60,13 +59,7 @@ class HarnessPlayer:
             obs, reward, terminated, truncated, info = env.step(json.dumps({"status": status, "body": body}))
             traj.turns += 1
             if terminated or truncated:
-                traj.reward = float(reward)
-                traj.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
-                if "model_patch" in info:
-                    traj.model_patch, traj.tampered = info["model_patch"], dict(info.get("tampered", {}))
-                    traj.unresolved_reason = info.get("unresolved_reason", "")
-                else:
-                    traj.model_patch, traj.tampered = env.unwrapped.final_change()
+                traj.record_end(reward, terminated, info, env.unwrapped.final_change)
                 traj.harness = {key: info[key] for key in ("harness_exit_code", "harness_output", "requests", "refused")
                                 if key in info}
                 traj.harness.update(requested_temperatures=books.temperatures[:20], answered_with_error=books.refused,

@@ -58,6 +58,17 @@ class Trajectory:
     # swerve/Harness-v0: the harness's exit code, output tail, requests and what was not done as asked.
     harness: dict = field(default_factory=dict)
 
+    def record_end(self, reward: float, terminated: bool, info: dict, final_change) -> None:
+        """The episode's last step: reward, outcome, and the workspace's change from the step's
+        info, or from `final_change()` (a cap ended it, or the env reports none in info)."""
+        self.reward = float(reward)
+        self.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
+        if "model_patch" in info:
+            self.model_patch, self.tampered = info["model_patch"], dict(info.get("tampered", {}))
+            self.unresolved_reason = info.get("unresolved_reason", "")
+        else:
+            self.model_patch, self.tampered = final_change()
+
     def samples(self, advantage: float) -> list[TrainSample]:
         """The trajectory as training samples, one per segment, each with the group's advantage."""
         bounds = [*(self.segment_starts or [0]), len(self.token_ids)]

@@ -22,7 +22,7 @@ from policies.openai_wire import (ChatRequest, OpenAIError, completion_body, con
                                   template_messages)
 from policies.server import protocol
 from policies.server.request import Request
-from policies.server.serving import run_requests
+from policies.server.serving import run_requests, stream_sse
 from policies.server.state import ServerState
 
 MODELS = "/v1/models"
@@ -115,12 +115,7 @@ def add_openai_routes(routes: web.RouteTableDef, state: ServerState) -> None:
             return _error(error)
         if not chat.stream:
             return web.json_response(body)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        for event in stream_events(body, chat.include_usage):
-            await response.write(event)
-        await response.write_eof()
-        return response
+        return await stream_sse(request, stream_events(body, chat.include_usage))
 
     @routes.route("*", "/v1/{tail:.*}")
     async def unknown(request: web.Request) -> web.Response:
