@@ -1,4 +1,5 @@
 """The session gateway on loopback, driven by the real openai client; the episode side is a thread."""
+import os
 import threading
 
 import httpx
@@ -6,7 +7,10 @@ import openai
 import pytest
 
 from actors.gateway import POLICY_MODEL_ID, Gateway
-from policies.openai_wire import completion_body
+from policies.openai_wire import OpenAIError, completion_body, context_length_error
+
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # else litellm fetches its price map at import
+import litellm  # noqa: E402
 
 
 @pytest.fixture
@@ -113,3 +117,17 @@ def test_an_unanswered_request_ends_at_the_deadline_and_a_closed_session_answers
     gateway.close_session(waiting)
     thread.join(10)
     assert len(errors) == 1  # the episode ended: its waiting request is told, not left hanging
+
+
+def test_the_episodes_errors_reach_litellm_as_its_own_exception_classes(gateway):
+    session = gateway.open()
+    too_long, refused = context_length_error(5000, 2048), OpenAIError(400, "temperature 0 differs", param="temperature")
+    _, thread = answer_each(session, [(too_long.status, too_long.body()), (refused.status, refused.body())])
+    ask = dict(model="openai/swerve-policy", api_base=f"http://127.0.0.1:{gateway.port}/sessions/{session.sid}/v1",
+               api_key=session.api_key, messages=[{"role": "user", "content": "x"}], num_retries=0)
+    with pytest.raises(litellm.ContextWindowExceededError):
+        litellm.completion(**ask)
+    with pytest.raises(litellm.BadRequestError) as bad:
+        litellm.completion(**ask)
+    assert not isinstance(bad.value, litellm.ContextWindowExceededError)
+    thread.join(5)
