@@ -177,8 +177,12 @@ class HarnessEnv(gymnasium.Env):
     def _truncate(self, why: str):
         """A cap: the harness gets no more replies; the actor records the workspace's change."""
         self._done = True
-        self._close_session()
-        return f"truncated: {why}", 0.0, False, True, {"outcome": Outcome.TRUNCATED.value, "truncated": why}
+        books = {"requests": self._session.requests, "refused": self._session.refused}
+        self._close_session()  # stops the harness: its exit code and output are then known
+        if "exec" in self._result:
+            result: ExecResult = self._result["exec"]
+            books.update(harness_exit_code=result.exit_code, harness_output=result.output[-OUTPUT_TAIL_CHARS:])
+        return f"truncated: {why}", 0.0, False, True, {"outcome": Outcome.TRUNCATED.value, "truncated": why, **books}
 
     def _close_session(self) -> None:
         if self._pending is not None:

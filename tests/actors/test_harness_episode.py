@@ -114,6 +114,7 @@ def test_a_harness_that_ignores_its_session_end_is_stopped_at_the_request_cap(tm
     traj, _ = run(tmp_path, model_path, tokenizer_path, task,
                   lambda script, patch: f"python3 {script} {patch} 1; sleep 1000", max_requests=1)
     assert traj.outcome == "truncated" and traj.turns == 1 and traj.reward == 0.0
+    assert traj.harness["requests"] == 1 and traj.harness["harness_exit_code"] != 0  # stopped, not finished
 
 
 @pytest.mark.parametrize("config", ["default", "text"])
