@@ -92,7 +92,7 @@ class EpisodeActor:
             obs, info = self.env.reset(seed=work.seed, options=options)
             traj.sandbox_start_s = info.get("sandbox_start_s")
             if self.harness is not None:
-                conv = self.harness[0].play(self.env, obs, info, work, traj, self.engines, sticky_key)
+                conv = self.harness[0].play(self.env, info, work, traj, self.engines, sticky_key)
             else:
                 conv = Conversation(self.tokenizer, self.env_cfg.system_prompt, obs)
                 self._play(work, conv, traj, sticky_key)

@@ -38,7 +38,7 @@ class HarnessPlayer:
         self.max_context_tokens = min(max_context_tokens, rollout.max_total_tokens)
         self.stop_ids = (tokenizer.convert_tokens_to_ids(IM_END),)
 
-    def play(self, env, obs, info: dict, work: WorkItem, traj: Trajectory, engines, sticky_key: str) -> ChatSession:
+    def play(self, env, info: dict, work: WorkItem, traj: Trajectory, engines, sticky_key: str) -> ChatSession:
         """Answer requests until the env ends the episode; fills traj's outcome and change."""
         chat = ChatSession(self.tokenizer, self.harness.history, self.max_context_tokens)
         try:

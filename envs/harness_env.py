@@ -26,7 +26,7 @@ from typing import Any, Optional, Union
 
 import gymnasium
 
-from configs.schema import HarnessConfig
+from configs.schema import HarnessConfig, RolloutConfig
 from envs.gateway_route import GATEWAY_MOUNT, JAIL_PORT, harness_script, route_failed, socket_path_for
 from envs.harnesses import harness_command
 from envs.outcomes import InfraError, InfraSource, Outcome
@@ -74,7 +74,7 @@ class HarnessEnv(gymnasium.Env):
         if gateway is None:
             raise ValueError("swerve/Harness-v0 needs options['gateway'] (an actors.gateway.Gateway): the episode "
                              "actor passes its own; run it through `swerve train` / `swerve eval`")
-        budget_s = float(options.pop("deadline_s", 3600.0))
+        budget_s = float(options.pop("deadline_s", RolloutConfig.max_episode_seconds))
         self._close_session()
         _, info = self._swe.reset(seed=seed, options=options)
         sandbox = self._swe.sandbox
@@ -185,8 +185,7 @@ class HarnessEnv(gymnasium.Env):
         return f"truncated: {why}", 0.0, False, True, {"outcome": Outcome.TRUNCATED.value, "truncated": why, **books}
 
     def _close_session(self) -> None:
-        if self._pending is not None:
-            self._pending = None
+        self._pending = None
         if self._session is not None:
             self._gateway.close_session(self._session)
             self._session = None
