@@ -18,6 +18,7 @@ from actors.trajectory import Trajectory, WorkItem, oldest_version
 from configs.schema import EnvConfig, RolloutConfig, SandboxConfig
 from envs.make import make_env
 from envs.outcomes import InfraError, InfraSource, Outcome
+from envs.tasks import Task
 from policies.chat_session import ChatSession
 from policies.conversation import Conversation
 from policies.sample_types import SampleRequest, age_priority
@@ -88,7 +89,7 @@ class EpisodeActor:
         try:
             options = {"task": work.task, "sandbox": self.sandbox}
             if self.harness is not None:
-                options.update(gateway=self.harness[1], deadline_s=self.cfg.max_episode_seconds)
+                options.update(gateway=self.harness[1], deadline_s=self._time_cap_s(work))
             obs, info = self.env.reset(seed=work.seed, options=options)
             traj.sandbox_start_s = info.get("sandbox_start_s")
             if self.harness is not None:
@@ -148,7 +149,7 @@ class EpisodeActor:
         self.env = make_env(self.env_cfg, self.sandbox_cfg)
 
     def _play(self, work: WorkItem, conv: Conversation, traj: Trajectory, sticky_key: str) -> None:
-        deadline = time.monotonic() + self.cfg.max_episode_seconds
+        deadline = time.monotonic() + self._time_cap_s(work)
         for turn in range(self.cfg.max_turns):
             room = self.cfg.max_total_tokens - len(conv.token_ids)
             if room <= 0:
@@ -171,6 +172,12 @@ class EpisodeActor:
             conv.append_observation(obs)
         # A cap ended the episode (turn, token or time): still record the workspace's change.
         traj.model_patch, traj.tampered = self._final_change()
+
+    def _time_cap_s(self, work: WorkItem) -> float:
+        """rollout.max_episode_seconds, or a Harbor task's own [agent] timeout_sec (times
+        env.swe.harbor_timeout_multiplier) when that is shorter."""
+        own_s = work.task.agent_timeout_s * self.env_cfg.swe.harbor_timeout_multiplier if isinstance(work.task, Task) else 0.0
+        return min(self.cfg.max_episode_seconds, own_s) if own_s > 0 else self.cfg.max_episode_seconds
 
     def _final_change(self) -> tuple[str, dict]:
         """The env's final workspace diff and tampered paths when it offers them

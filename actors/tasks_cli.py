@@ -79,7 +79,7 @@ def _validate(args: argparse.Namespace) -> int:
     results = []
     for task in task_set.tasks:
         result = validate_task(task, lambda: backend(sandbox_cfg), timeout_s, cfg.env.swe.listing_timeout_s,
-                               runs_images=runs_images)
+                               sandbox_cfg, runs_images=runs_images)
         results.append(result)
         cells = (result.task_id, result.repo, _yes_no(result.gold_resolved), _yes_no(result.empty_resolved),
                  result.verdict, result.reason or "-", f"{result.seconds:.1f}")

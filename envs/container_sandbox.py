@@ -16,6 +16,9 @@ import tarfile
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.outcomes import InfraError, InfraSource
 
+# The workspace in a container when neither sandbox.container_workdir, the task nor its image
+# names one (an image's WORKDIR of "/" names none).
+DEFAULT_WORKDIR = "/workspace"
 # Seconds the client waits past the in-container deadline before it kills from outside.
 CLIENT_GRACE_S = 5.0
 # Seconds between TERM and KILL when the in-container deadline passes.

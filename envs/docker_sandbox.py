@@ -1,7 +1,8 @@
 """Docker backend: one container per lease, driven through the docker CLI.
 
-`docker run -d --network none --memory M --memory-swap M --pids-limit N --user U image
-sleep infinity` holds the lease; commands are `docker exec` under an in-container deadline
+`docker run -d --network N --memory M --memory-swap M --pids-limit N --user U image
+sleep infinity` holds the lease (N: sandbox.docker_network, "none" unless the run gives its
+sandboxes a network, which only a task asking for one uses); commands are `docker exec` under an in-container deadline
 (coreutils timeout kills the command's process group) and a client deadline behind it (the
 CLI is killed, then every process but the container's init); files go through `docker cp`
 as tar streams; `docker rm -f` ends the lease. sandbox.ro_binds and the lease's gateway folder
@@ -30,10 +31,10 @@ from typing import List, Optional
 
 from configs.schema import SandboxConfig
 from envs.cgroups import pid_alive
-from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, deadline_fired, fill_script, pristine_path,
+from envs.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, DEFAULT_WORKDIR, deadline_fired, fill_script, pristine_path,
                                     restore_script, seal_script, setup_env, setup_script, workspace_path)
 from envs.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
-from envs.outcomes import InfraError, InfraSource
+from envs.outcomes import InfraError, InfraSource, TaskRefused
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
 from envs.sandbox import ExecResult
@@ -63,10 +64,32 @@ def _close_live_containers() -> None:
 atexit.register(_close_live_containers)
 
 
-def _cli_env() -> dict:
+def cli_env() -> dict:
     """What the docker CLI needs of the host environment (never passed into containers)."""
     keep = ("PATH", "HOME", "XDG_RUNTIME_DIR")
     return {k: v for k, v in os.environ.items() if k in keep or k.startswith("DOCKER_")}
+
+
+def ensure_image(docker: str, image: str, context: str, cli_timeout_s: float) -> None:
+    """Build an image from its build context (a Harbor task's environment/ or tests/), once per
+    tag and engine; offline, as the sandbox runs (--network none)."""
+    with _BUILD_LOCKS.setdefault(image, threading.Lock()):
+        if docker_cli([docker, "image", "inspect", image], f"inspect {image!r}", cli_timeout_s).returncode == 0:
+            return
+        built = docker_cli([docker, "build", "-q", "--network", "none", "--label", "swerve.cache=task-image",
+                            "-t", image, context], f"build {image!r} from {context}", _BUILD_TIMEOUT_S)
+        if built.returncode != 0:
+            raise InfraError(InfraSource.SANDBOX, f"docker: cannot build {image!r} from {context}: "
+                                                  f"{built.stderr.decode(errors='replace').strip()[-2000:]}")
+
+
+def docker_cli(argv: List[str], what: str, timeout_s: float, stdin: Optional[bytes] = None) -> subprocess.CompletedProcess:
+    """One docker CLI call, whatever its exit status; a CLI that cannot start or a daemon that
+    does not answer in time is the sandbox's infra error, never a raw exception."""
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, env=cli_env(), timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise InfraError(InfraSource.SANDBOX, f"docker: cannot {what}: {error}") from error
 
 
 def _env_args(env: dict) -> List[str]:
@@ -79,7 +102,8 @@ class DockerSandbox:
 
     def __init__(self, config: SandboxConfig):
         self.config = config
-        self.workdir = config.container_workdir
+        # The lease's workspace: set at start (workdir_for), as the task and its image say.
+        self.workdir = config.container_workdir or DEFAULT_WORKDIR
         self._docker = shutil.which("docker")
         if self._docker is None:
             raise InfraError(InfraSource.SANDBOX, "sandbox.backend='docker' but the docker CLI is not installed")
@@ -103,7 +127,7 @@ class DockerSandbox:
         root through a setuid binary."""
         memory = f"{self.config.memory_mb}m"
         labels = [f"{OWNER_LABEL}={os.getpid()}", f"{HOST_LABEL}={socket.gethostname()}"]
-        argv = [self._docker, "run", "-d", "--name", name, "--network", "none", "--memory", memory,
+        argv = [self._docker, "run", "-d", "--name", name, "--network", self.config.docker_network, "--memory", memory,
                 "--memory-swap", memory, "--pids-limit", str(self.config.max_processes), "--init",
                 "--ulimit", f"fsize={self.config.max_file_mb * 1024 * 1024}",
                 "--security-opt", "no-new-privileges", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,exec"]
@@ -124,12 +148,17 @@ class DockerSandbox:
         started_s = time.monotonic()
         self.close()
         self._sweep_dead_owners()
-        mounts = (self.workdir, pristine_path(self.workdir), GATEWAY_MOUNT, "/proc", "/dev", "/sys", *task.scratch_dirs)
-        lease_root = self.config.workdir_root or tempfile.gettempdir()  # where the gateway folders live
-        ro_binds = tuple(checked_ro_binds(self.config.ro_binds, mounts, ("/tmp", lease_root)))
+        if task.network != "none" and self.config.docker_network == "none":
+            raise TaskRefused(f"{task.id} asks for a network (network_mode='public') and this run's sandboxes have "
+                              "none: set sandbox.docker_network (e.g. bridge) to allow it, or "
+                              "network_mode='no-network' in its task.toml if it needs none")
         image = task.image or self.config.docker_image
         if task.build_context:
             self._ensure_image(image, task.build_context)
+        self.workdir = self.workdir_for(task, image)
+        mounts = (self.workdir, pristine_path(self.workdir), GATEWAY_MOUNT, "/proc", "/dev", "/sys", *task.scratch_dirs)
+        lease_root = self.config.workdir_root or tempfile.gettempdir()  # where the gateway folders live
+        ro_binds = tuple(checked_ro_binds(self.config.ro_binds, mounts, ("/tmp", lease_root)))
         name = f"swerve-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         with _LIVE_LOCK:
             _LIVE.add(self)
@@ -159,7 +188,7 @@ class DockerSandbox:
         argv += [*_env_args({**CONTAINER_ENV, **self._setup_env}), container,
                  "timeout", "-k", "1", f"{timeout_s:.3f}", "bash", "-c", command]
         try:
-            result = run_process(argv, _cli_env(), "/", timeout_s + CLIENT_GRACE_S, self.config.max_output_bytes)
+            result = run_process(argv, cli_env(), "/", timeout_s + CLIENT_GRACE_S, self.config.max_output_bytes)
         except OSError as error:
             raise InfraError(InfraSource.SANDBOX, f"docker: cannot run docker exec: {error}") from error
         if result.exit_code != 0 and not self._running(container):
@@ -181,13 +210,20 @@ class DockerSandbox:
         return state.returncode == 0 and state.stdout.strip() == b"true"
 
     def _ensure_image(self, image: str, context: str) -> None:
-        """Build a task's image from its build context (a Harbor task's environment/), once per
-        tag and engine; offline, as the sandbox runs (--network none)."""
-        with _BUILD_LOCKS.setdefault(image, threading.Lock()):
-            if self._run([self._docker, "image", "inspect", image], f"inspect {image!r}").returncode == 0:
-                return
-            self._cli([self._docker, "build", "-q", "--network", "none", "--label", "swerve.cache=task-image",
-                       "-t", image, context], f"build {image!r} from {context}", timeout_s=_BUILD_TIMEOUT_S)
+        ensure_image(self._docker, image, context, self.config.docker_cli_timeout_s)
+
+    def workdir_for(self, task: Task, image: str) -> str:
+        """sandbox.container_workdir when set (an override), else the task's own (Harbor's
+        [environment] workdir), else its image's WORKDIR, else DEFAULT_WORKDIR. An image's
+        WORKDIR of "/" is no workspace."""
+        if self.config.container_workdir or task.workdir:
+            return self.config.container_workdir or task.workdir
+        if task.image:
+            found = self._cli([self._docker, "image", "inspect", "-f", "{{.Config.WorkingDir}}", image],
+                              f"read the WORKDIR of {image!r}").strip()
+            if found.startswith("/") and found.rstrip("/"):
+                return found.rstrip("/")
+        return DEFAULT_WORKDIR
 
     def _end_leftovers(self, container: str, timed_out: bool) -> None:
         """Nothing a command started outlives it (as in the local sandbox): `kill -9 -1` run as
@@ -303,13 +339,7 @@ class DockerSandbox:
 
     def _run(self, argv: List[str], what: str, stdin: Optional[bytes] = None,
              timeout_s: Optional[float] = None) -> subprocess.CompletedProcess:
-        """One docker CLI call, whatever its exit status; a CLI that cannot start or a daemon that
-        does not answer in time is the sandbox's infra error, never a raw exception."""
-        try:
-            return subprocess.run(argv, input=stdin, capture_output=True, env=_cli_env(),
-                                  timeout=timeout_s or self.config.docker_cli_timeout_s)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            raise InfraError(InfraSource.SANDBOX, f"docker: cannot {what}: {error}") from error
+        return docker_cli(argv, what, timeout_s or self.config.docker_cli_timeout_s, stdin)
 
     def _sweep_dead_owners(self) -> None:
         """Once per process: remove this host's lease containers whose owner process is gone."""

@@ -30,6 +30,7 @@ from configs.schema import SandboxConfig
 from envs.container_sandbox import (
     CLIENT_GRACE_S,
     CONTAINER_ENV,
+    DEFAULT_WORKDIR,
     deadline_fired,
     fill_script,
     restore_script,
@@ -76,7 +77,7 @@ class E2BSandbox:
                              "put those files in the template (task.image / sandbox.e2b_template), or use the local "
                              "or docker backend")
         self.config = config
-        self.workdir = config.container_workdir
+        self.workdir = config.container_workdir or DEFAULT_WORKDIR
         self._box: Any = None
         self._task: Optional[Task] = None
         # What the task's setup left in the environment (an activated conda env), for every command.

@@ -39,8 +39,17 @@ class GradeResult:
     output: str
     # Hidden case label -> PASSED or "FAILED (why)"; empty for a task without hidden cases.
     hidden_status: Dict[str, str] = field(default_factory=dict)
-    # Why the report could not be trusted (missing, duplicated, contradicting the exit code).
+    # Why the report could not be trusted (missing, duplicated, contradicting the exit code), or
+    # why a Harbor verifier's reward is 0 without its saying so.
     problems: List[str] = field(default_factory=list)
+    # A Harbor verifier's reward (fractional rewards kept; resolved iff >= 1); None: 1 iff resolved.
+    reward: Optional[float] = None
+
+    @property
+    def score(self) -> float:
+        if self.reward is not None:
+            return self.reward
+        return 1.0 if self.resolved else 0.0
 
 
 TEST_PATCH_FILE = ".swerve-test.patch"

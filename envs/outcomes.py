@@ -35,6 +35,14 @@ class InfraError(RuntimeError):
         self.source = source
 
 
+class TaskRefused(InfraError):
+    """A task this run's settings cannot run as it asks (a network the sandboxes lack): never the
+    agent's, so never scored; the task is re-run and, refused again, quarantined with this reason."""
+
+    def __init__(self, message: str):
+        super().__init__(InfraSource.ENV, message)
+
+
 class WorkspaceError(Exception):
     """What the agent left cannot be graded as it is (a file where grading needs a folder, a
     change beyond env.swe's bounds, a test_patch its change breaks): the attempt's own outcome,

@@ -15,7 +15,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from configs.schema import SWEEnvConfig
+from configs.schema import SandboxConfig, SWEEnvConfig
+from envs import harbor_verifier
 from envs.grader import GradeResult, grade, grader_written_paths
 from envs.outcomes import InfraError, InfraSource, WorkspaceError
 from envs.protection import classify, is_tool_output, local_modules, source_reason
@@ -170,10 +171,13 @@ def _differences(pristine: Manifest, sandbox: Sandbox, swe: SWEEnvConfig) -> str
     return str(sorted(set(diff_manifests(pristine, now).paths) | set(diff_manifests(now, pristine).paths))[:5])
 
 
-def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnvConfig) -> Verdict:
-    """The attempt's verdict: its allowed change applied to the pristine workspace, then graded.
-    With swe.tamper_scores_zero a tampering attempt is unresolved without running the tests; an
-    altered pristine copy, an unlistable workspace or a refused change always is."""
+def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnvConfig,
+                      sandbox_cfg: SandboxConfig) -> Verdict:
+    """The attempt's verdict: its allowed change applied to the pristine workspace, then graded
+    (by the SWE-bench rule, or a Harbor task's verifier, which may need sandbox_cfg's docker for
+    a container of its own). With swe.tamper_scores_zero a tampering attempt is unresolved
+    without running the tests; an altered pristine copy, an unlistable workspace or a refused
+    change always is."""
     change = capture_change(sandbox, task, pristine, swe)
     if change.refused:
         return Verdict(resolved=False, change=change, reason=change.refused)
@@ -182,21 +186,27 @@ def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWE
         return Verdict(resolved=False, change=change)
     try:
         apply_change(sandbox, change)
-        result = grade(sandbox, task, swe.grade_timeout_s)
+        result = _grade(sandbox, task, swe, sandbox_cfg)
     except InfraError as error:
         raise InfraError(InfraSource.GRADER, f"grading {task.id}'s graded view: {error}") from error
     except WorkspaceError as error:
-        return Verdict(resolved=False, change=change, reason=_blame(sandbox, task, swe, error))
+        return Verdict(resolved=False, change=change, reason=_blame(sandbox, task, swe, sandbox_cfg, error))
     return Verdict(resolved=result.resolved, change=change, result=result)
 
 
-def _blame(sandbox: Sandbox, task: Task, swe: SWEEnvConfig, error: WorkspaceError) -> str:
+def _grade(sandbox: Sandbox, task: Task, swe: SWEEnvConfig, sandbox_cfg: SandboxConfig) -> GradeResult:
+    if task.harbor is not None:
+        return harbor_verifier.verify(sandbox, task, swe, sandbox_cfg)
+    return grade(sandbox, task, swe.grade_timeout_s)
+
+
+def _blame(sandbox: Sandbox, task: Task, swe: SWEEnvConfig, sandbox_cfg: SandboxConfig, error: WorkspaceError) -> str:
     """The reason an attempt is unresolved when grading its view failed: the change's doing when
     the pristine workspace grades without that failure, else the task is broken (InfraError,
     so the task is re-run and, failing again, quarantined; `swerve tasks validate` names it)."""
     sandbox.reset()
     try:
-        grade(sandbox, task, swe.grade_timeout_s)
+        _grade(sandbox, task, swe, sandbox_cfg)
     except WorkspaceError as pristine_error:
         raise InfraError(InfraSource.GRADER, f"{task.id} cannot be graded even unchanged: {pristine_error}") from error
     return f"the change breaks grading: {error}"

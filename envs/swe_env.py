@@ -142,7 +142,7 @@ class SWEEnv(gymnasium.Env):
         """Grade the workspace on the pristine view and end the episode (the agent's submit; a
         harness's exit under swerve/Harness-v0): the step tuple of that last step."""
         started_s = time.monotonic()
-        verdict = grade_on_pristine(self._sandbox, self.task, self._pristine, self.config)
+        verdict = grade_on_pristine(self._sandbox, self.task, self._pristine, self.config, self.sandbox_config)
         self._done = True
         outcome = Outcome.RESOLVED if verdict.resolved else Outcome.UNRESOLVED
         tampered = verdict.change.tampered
@@ -169,7 +169,8 @@ class SWEEnv(gymnasium.Env):
             "unresolved_reason": verdict.reason,
             "hidden_status": dict(verdict.result.hidden_status) if verdict.result is not None else {},
         }
-        reward = 1.0 if verdict.resolved else 0.0
+        # A Harbor verifier's reward may be a fraction; every other verdict is 1 or 0.
+        reward = verdict.result.score if verdict.result is not None else 0.0
         return self.fit_observation("\n".join(lines)), reward, True, False, info
 
     def final_change(self) -> tuple[str, dict]:

@@ -9,7 +9,7 @@ is in split "train". `split="all"` selects every task whatever its split.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Literal, Optional
 
 ALL_SPLITS = "all"
 DEFAULT_SPLIT = "train"
@@ -53,6 +53,32 @@ class HiddenCase:
     def __post_init__(self) -> None:
         if self.steps_json and not self.init_json:
             raise ValueError(f"hidden case {self.module}:{self.function}: steps need a receiver (init_json)")
+
+
+@dataclass(frozen=True)
+class HarborVerifier:
+    """How a Harbor task is verified (envs/harbor_verifier.py), read from its task.toml and tests/
+    by envs/loaders/harbor.py. `shared`: tests/ is copied to /tests in the agent's own container
+    after the episode and `bash /tests/test.sh` runs there, in the workspace. `separate`: the
+    agent's container never holds the tests; its artifacts are copied into a fresh container of
+    the verifier image, where test.sh runs. Either way the reward is read from /logs/verifier."""
+    mode: Literal["shared", "separate"]
+    # Files of tests/ as (path relative to tests/, base64 of the bytes): tool leftovers left out.
+    tests: tuple[tuple[str, str], ...]
+    # separate: the verifier image, built from build_context when that is set (tests/ holding a
+    # Dockerfile, which bundles the tests itself: tests_in_image), else pulled by name.
+    image: str = ""
+    build_context: str = ""
+    tests_in_image: bool = False
+    # separate: absolute paths (or workspace-relative ones) copied from the agent's container.
+    artifacts: tuple[str, ...] = ()
+    # Reward files read, in Harbor's order: those the verifier's own files name (a reward file its
+    # scripts never write is one only the tested code could have written).
+    reward_files: tuple[str, ...] = ("reward.json", "reward.txt")
+    # [verifier] timeout_sec (times env.swe.harbor_timeout_multiplier).
+    timeout_s: float = 600.0
+    # [verifier.env]: set for test.sh.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +128,20 @@ class Task:
     # Calls graded beside the tests, on swerve's own task families (micro, built-in, synthesized):
     # never in the workspace, so no test, frame or file in the agent's reach holds their answers.
     hidden_cases: tuple[HiddenCase, ...] = ()
+    # The agent's working directory in a container when the task says (Harbor's [environment]
+    # workdir); "" leaves it to sandbox.container_workdir, else the image's WORKDIR.
+    workdir: str = ""
+    # Harbor's verifier: graded by its reward file instead of the SWE-bench rule; None otherwise.
+    harbor: Optional[HarborVerifier] = None
+    # Files the gold script needs beside it (Harbor's solution/, at /solution), as (path relative
+    # to the folder, base64 of the bytes).
+    gold_files: tuple[tuple[str, str], ...] = ()
+    # Harbor's [agent] timeout_sec: the episode's wall-clock cap (times
+    # env.swe.harbor_timeout_multiplier, at most rollout.max_episode_seconds); 0 = the run's cap.
+    agent_timeout_s: float = 0.0
+    # Network the task asks for: "none", or "public" (Harbor's network_mode), which only a sandbox
+    # with a network (sandbox.docker_network) may run.
+    network: Literal["none", "public"] = "none"
 
 
 @dataclass(frozen=True)

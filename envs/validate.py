@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
-from configs.schema import SWEEnvConfig, TasksConfig
+from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
 from envs.grader import GradeResult
+from envs.harbor_verifier import upload_files
+from envs.loaders.harbor import SOLUTION_DIR
 from envs.cache import cache_root
 from envs.loaders import NAMED_SOURCES, load_tasks
 from envs.stream_sources import open_stream
@@ -74,6 +76,11 @@ def _apply_gold(sandbox: Sandbox, task: Task, timeout_s: float) -> Optional[str]
         result = sandbox.exec(APPLY_COMMAND, timeout_s=timeout_s)
         sandbox.exec(f"rm -f {_PATCH_FILE}", timeout_s=timeout_s)
         what = "gold patch does not apply"
+    elif task.gold_files:  # Harbor's oracle: the whole solution/ at /solution, solve.sh run from the workspace
+        upload_files(sandbox, SOLUTION_DIR, task.gold_files)
+        result = sandbox.exec(task.gold_script, timeout_s=task.agent_timeout_s or timeout_s)
+        sandbox.exec(f"rm -rf {SOLUTION_DIR}/*", timeout_s=timeout_s)
+        what = "gold script fails"
     else:
         sandbox.write_file(_SCRIPT_FILE, task.gold_script)
         result = sandbox.exec(f"bash {_SCRIPT_FILE}", timeout_s=timeout_s)
@@ -86,9 +93,10 @@ def _apply_gold(sandbox: Sandbox, task: Task, timeout_s: float) -> Optional[str]
 
 
 def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s: float,
-                  listing_timeout_s: float, runs_images: bool = False) -> ValidationResult:
+                  listing_timeout_s: float, sandbox_cfg: SandboxConfig, runs_images: bool = False) -> ValidationResult:
     """`runs_images`: the factory's sandboxes are containers, so tasks whose repository lives in
-    an image are checked too (else reported skipped)."""
+    an image are checked too (else reported skipped). sandbox_cfg: what a Harbor task's separate
+    verifier container is made with (the factory's own settings)."""
     started = time.monotonic()
     listing = SWEEnvConfig(listing_timeout_s=listing_timeout_s, grade_timeout_s=timeout_s)
 
@@ -107,14 +115,14 @@ def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s:
         failure = _apply_gold(sandbox, task, timeout_s)
         if failure:
             return done(QUARANTINED, failure, gold=False)
-        verdict = grade_on_pristine(sandbox, task, pristine, listing)
+        verdict = grade_on_pristine(sandbox, task, pristine, listing, sandbox_cfg)
         if verdict.reason:
             return done(QUARANTINED, f"gold fix cannot be graded: {verdict.reason}", gold=False)
         if verdict.change.tampered:
             return done(QUARANTINED, f"gold fix changes protected paths: {verdict.change.tampered}", gold=False)
         gold = verdict.result
         sandbox.start(task)  # a fresh lease for the empty patch
-        empty = grade_on_pristine(sandbox, task, take_manifest(sandbox, listing), listing).result
+        empty = grade_on_pristine(sandbox, task, take_manifest(sandbox, listing), listing, sandbox_cfg).result
     except InfraError as error:
         return done(QUARANTINED, str(error))
     finally:

@@ -39,6 +39,12 @@ class SWEEnvConfig:
     max_file_bytes: int = 4 * 1024 * 1024
     max_changed_files: int = 2000
     max_change_bytes: int = 16 * 1024 * 1024
+    # Harbor tasks: their [agent] and [verifier] timeout_sec are multiplied by this (a slow host,
+    # a loaded one); the agent's is also capped by rollout.max_episode_seconds.
+    harbor_timeout_multiplier: float = 1.0
+    # Harbor tasks: the key of reward.json trained on ("reward" is Harbor's documented one; a file
+    # with one key gives that key's value whatever its name).
+    harbor_reward_key: str = "reward"
 
 
 @dataclass

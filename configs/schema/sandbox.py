@@ -37,9 +37,11 @@ class SandboxConfig:
     pool_tasks: int = 4
     # A ready lease older than this is closed instead of used (remote leases expire).
     pool_max_idle_s: float = 120.0
-    # Where the repository lives inside a container (docker, e2b): a task without an image
-    # is uploaded there; images that ship the repo elsewhere (SWE-bench: /testbed) set it.
-    container_workdir: str = "/workspace"
+    # Where the repository lives inside a container (docker, e2b), overriding the task: "" takes
+    # the task's own (Harbor's [environment] workdir), else its image's WORKDIR (docker), else
+    # /workspace (envs/container_sandbox.py DEFAULT_WORKDIR), where a task without an image is
+    # uploaded. Recipes whose images ship the repo elsewhere (SWE-bench: /testbed) set it.
+    container_workdir: str = ""
     # E2B template used when a task has no image of its own.
     e2b_template: str = "base"
     # E2B sandbox lifetime in seconds, renewed (set_timeout) while the lease is used, so a
@@ -51,6 +53,10 @@ class SandboxConfig:
     # (`e2b template build --cpu-count 2 --memory-mb 4096`), so this records the recipe and feeds
     # the placement plan (actors/placement_plan.py); no backend enforces it yet. 0 = unspecified.
     vcpus: int = 0
+    # Docker network of every lease: "none" (no network, like the local backend). A task that asks
+    # for a network (Harbor's network_mode="public") is refused under "none"; naming a network
+    # (e.g. bridge) lets such tasks run, and gives every lease that network.
+    docker_network: str = "none"
     # Image for docker leases of tasks without an image of their own.
     docker_image: str = "python:3.11-slim"
     # User commands run as inside the container ("" keeps the image's user).

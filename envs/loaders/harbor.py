@@ -1,57 +1,51 @@
-"""Harbor task directories -> Task.
+"""Harbor task directories -> Task, as Harbor 0.25.0 (PyPI `harbor==0.25.0`, task.toml schema
+1.4) defines them; tests/envs/test_harbor_tasks.py checks tasks made by its own `harbor init`.
 
 A source is one task directory or a directory of task directories. A task directory holds
-`instruction.md` (-> problem_statement), `task.toml` (read with tomllib), `environment/`
-(a Dockerfile build context), `tests/test.sh` (the verifier) and optionally
-`solution/solve.sh` (-> gold_script). The task id is the directory name.
+`task.toml`, `instruction.md` (-> problem_statement), `environment/` (a Dockerfile build
+context, or [environment] docker_image), `tests/test.sh` (the verifier; writes its reward to
+/logs/verifier/reward.json or reward.txt) and optionally `solution/` (solve.sh and the files it
+uses, at /solution when the gold runs). The id is [task] name ("org/name"), else the folder's name.
 
 From task.toml: [metadata] difficulty (-> stratum), split, repo (default "harbor/<id>");
-[environment] docker_image (-> image). Without docker_image, image is
-"swerve-harbor/<id>:<hash of environment/>" and build_context is environment/, which a
-container backend builds from environment/Dockerfile. workspace_dir is "": Harbor tasks need
-a container backend (the sanity gate reports them skipped in the local sandbox).
+[environment] docker_image, workdir (the agent's workspace), network_mode ("no-network" runs;
+"public" and "allowlist" need a sandbox with a network, sandbox.docker_network); [verifier]
+environment_mode ("shared" / "separate", resolved as Harbor does), timeout_sec, env,
+[verifier.environment] docker_image; [agent] timeout_sec; artifacts (what a separate verifier
+gets from the agent's container, beside Harbor's /logs/artifacts). Grading: envs/harbor_verifier.py.
 
-Reward: Harbor copies tests/ to /tests in the container and runs `bash /tests/test.sh`, which
-writes a reward to /logs/verifier/reward.txt. Here the files of tests/ are test_files under
-`.harbor/tests/` (the grader writes them right before grading, so the agent never sees them)
-and test_command copies them to /tests, runs test.sh, then exits 0 iff the first number in
-/logs/verifier/reward.txt is >= 1. With empty FAIL_TO_PASS/PASS_TO_PASS lists the grader's
-verdict is then that exit status: reward 1 -> resolved. A missing reward file is unresolved.
-
-Not supported: reward.json and fractional rewards (anything below 1 scores 0), the
-[verifier]/[agent] timeouts and [environment] resource limits (cpus, memory, storage),
-verifier env variables, docker-compose environments, and binary files under tests/ (the task
-is skipped). gold_patch is "": the known solution is the solve.sh script (gold_script).
+Refused, by name, as skipped rows: multi-step tasks ([[steps]], steps/), Windows tasks,
+docker-compose environments, [verifier] env values taken from the host (${VAR}), a schema other
+than 1.x. Read but not enforced: [environment] cpus, memory_mb, storage_mb, gpus (the run's
+sandbox.* limits apply), healthcheck, mcp_servers, [agent]/[verifier] user. Tool leftovers
+(__pycache__, *.pyc, .pytest_cache, ...) in a task folder are ignored.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
+import posixpath
 import re
 import tomllib
 from pathlib import Path
 from typing import Sequence
 
 from envs.loaders.common import RowError, selected
-from envs.tasks import DEFAULT_SPLIT, SkippedRow, Task, TaskSet
+from envs.tasks import DEFAULT_SPLIT, HarborVerifier, SkippedRow, Task, TaskSet
 
 FORMAT = "harbor"
-TESTS_DIR = ".harbor/tests"
+HARBOR_VERSION = "0.25.0"
 VERIFIER_TESTS_DIR = "/tests"
 VERIFIER_LOGS_DIR = "/logs/verifier"
-
-
-def test_command(tests_dir: str = VERIFIER_TESTS_DIR, logs_dir: str = VERIFIER_LOGS_DIR) -> str:
-    """Copy the tests where Harbor puts them, run test.sh, exit 0 iff the reward file says >= 1.
-    Both folders are emptied first: a reward file the agent planted there is never read."""
-    return (
-        f"rm -rf {tests_dir}/* {logs_dir}/* && mkdir -p {tests_dir} {logs_dir} && cp -r {TESTS_DIR}/. {tests_dir}/"
-        f" && (bash {tests_dir}/test.sh; true)"
-        f" && awk 'NR==1 {{ok = ($1 + 0 >= 1)}} END {{exit !ok}}' {logs_dir}/reward.txt"
-    )
-
-
-TEST_COMMAND = test_command()
+ARTIFACTS_DIR = "/logs/artifacts"
+SOLUTION_DIR = "/solution"
+REWARD_FILES = ("reward.json", "reward.txt")
 MARKERS = ("task.toml", "instruction.md")
+# What tools leave in a task folder (pip byte-compiles Harbor's own template): never task content.
+LEFTOVER_NAMES = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints",
+                            ".DS_Store", ".git", ".venv", ".harborignore"})
+LEFTOVER_SUFFIXES = (".pyc", ".pyo")
+_NO_NETWORK = "no-network"
 
 
 def is_task_dir(path: Path) -> bool:
@@ -64,6 +58,33 @@ def task_dirs(source: Path) -> list[Path]:
     return sorted(p for p in source.iterdir() if not p.name.startswith(".") and is_task_dir(p))
 
 
+def _leftover(path: Path) -> bool:
+    return path.name in LEFTOVER_NAMES or path.name.endswith(LEFTOVER_SUFFIXES)
+
+
+def task_files(root: Path, task_dir: Path) -> list[Path]:
+    """The files under root, sorted, without tool leftovers. A link is refused: its target may lie
+    outside the task (Harbor refuses those too)."""
+    files, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        for entry in sorted(folder.iterdir()):
+            if _leftover(entry):
+                continue
+            if entry.is_symlink():
+                raise RowError(entry.relative_to(task_dir).as_posix(), "a symbolic link (copy the file in instead)")
+            if entry.is_dir():
+                stack.append(entry)
+            elif entry.is_file():
+                files.append(entry)
+    return sorted(files)
+
+
+def _encoded(root: Path, task_dir: Path) -> tuple[tuple[str, str], ...]:
+    return tuple((path.relative_to(root).as_posix(), base64.b64encode(path.read_bytes()).decode())
+                 for path in task_files(root, task_dir))
+
+
 def _text(path: Path, field: str) -> str:
     if not path.is_file():
         raise RowError(field, "missing")
@@ -73,9 +94,9 @@ def _text(path: Path, field: str) -> str:
         raise RowError(field, "not UTF-8 text") from None
 
 
-def _dir_hash(root: Path) -> str:
+def _dir_hash(root: Path, task_dir: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in task_files(root, task_dir):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -87,55 +108,144 @@ def _table(config: dict, name: str) -> dict:
     return value
 
 
-def _str(table: dict, key: str, field: str) -> str:
-    value = table.get(key, "")
-    if not isinstance(value, str):
-        raise RowError(field, f"expected a string, got {type(value).__name__}")
+def _typed(table: dict, key: str, field: str, kind: type, default):
+    value = table.get(key, default)
+    if value is None:
+        return default
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise RowError(field, f"expected {kind.__name__}, got {type(value).__name__}")
     return value
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "task"
+
+
+def _check_schema(config: dict, task_dir: Path) -> None:
+    version = _typed(config, "schema_version", "task.toml schema_version", str, "1.0")
+    if version.split(".")[0] != "1":
+        raise RowError("task.toml schema_version", f"{version!r}: swerve reads Harbor's task schema 1.x "
+                       f"(checked against harbor=={HARBOR_VERSION}, schema 1.4)")
+    if config.get("steps") or (task_dir / "steps").is_dir():
+        raise RowError("task.toml [[steps]]", "a multi-step task: swerve runs single-step Harbor tasks only "
+                       "(each step as its own task directory works)")
+    if (task_dir / "environment" / "docker-compose.yaml").is_file():
+        raise RowError("environment/docker-compose.yaml", "multi-container environments are not supported")
+
+
+def _network(environment: dict) -> str:
+    mode = _typed(environment, "network_mode", "task.toml [environment] network_mode", str, "")
+    allow = environment.get("allow_internet")
+    if mode not in ("", _NO_NETWORK, "public", "allowlist"):
+        raise RowError("task.toml [environment] network_mode", f"{mode!r}: expected no-network, public or allowlist")
+    if mode == "allowlist":
+        raise RowError("task.toml [environment] network_mode", "'allowlist' is not supported (use no-network or public)")
+    if mode == "public" or (not mode and allow is True):
+        return "public"
+    return "none"
+
+
+def _artifacts(config: dict) -> tuple[str, ...]:
+    entries = config.get("artifacts", [])
+    if not isinstance(entries, list):
+        raise RowError("task.toml artifacts", "expected a list")
+    paths = [ARTIFACTS_DIR]
+    for entry in entries:
+        source = entry.get("source") if isinstance(entry, dict) else entry
+        if not isinstance(source, str) or not source.strip():
+            raise RowError("task.toml artifacts", f"{entry!r}: expected a path or a table with a source")
+        if isinstance(entry, dict) and entry.get("service") not in (None, "main"):
+            raise RowError("task.toml artifacts", f"{source!r}: artifacts of other services are not supported")
+        if ".." in posixpath.normpath(source).split("/"):
+            raise RowError("task.toml artifacts", f"{source!r} leaves its folder ('..')")
+        paths.append(posixpath.normpath(source))
+    return tuple(dict.fromkeys(paths))
+
+
+def _verifier(config: dict, task_dir: Path, agent_image: str, agent_context: str) -> HarborVerifier:
+    verifier = _table(config, "verifier")
+    tests_dir = task_dir / "tests"
+    _text(tests_dir / "test.sh", "tests/test.sh")
+    tests = _encoded(tests_dir, task_dir)
+    env = _table(verifier, "env")
+    for key, value in env.items():
+        if not isinstance(value, str) or "${" in value:
+            raise RowError(f"task.toml [verifier.env] {key}", "only literal strings are supported (not the host's ${VAR})")
+    mode = _typed(verifier, "environment_mode", "task.toml [verifier] environment_mode", str, "")
+    own_env = verifier.get("environment")
+    if mode not in ("", "shared", "separate"):
+        raise RowError("task.toml [verifier] environment_mode", f"{mode!r}: expected shared or separate")
+    mode = mode or ("separate" if own_env is not None else "shared")
+    # What test.sh (and what it runs) names is what the verifier writes; see HarborVerifier.
+    named = b"".join(base64.b64decode(content) for _, content in tests)
+    reward_files = tuple(name for name in REWARD_FILES if name.encode() in named) or REWARD_FILES
+    common = dict(tests=tests, reward_files=reward_files, env=tuple(sorted(env.items())),
+                  timeout_s=_typed(verifier, "timeout_sec", "task.toml [verifier] timeout_sec", float, 600.0))
+    if mode == "shared":
+        return HarborVerifier(mode="shared", **common)
+    image = _typed(own_env or {}, "docker_image", "task.toml [verifier.environment] docker_image", str, "")
+    if image:
+        return HarborVerifier(mode="separate", image=image, artifacts=_artifacts(config), **common)
+    if (tests_dir / "Dockerfile").is_file():
+        tag = f"swerve-harbor-verifier/{_slug(task_dir.name)}:{_dir_hash(tests_dir, task_dir)}"
+        return HarborVerifier(mode="separate", image=tag, build_context=str(tests_dir.resolve()),
+                              tests_in_image=True, artifacts=_artifacts(config), **common)
+    # Harbor's fallback: a fresh container of the agent's own environment, the tests copied in.
+    return HarborVerifier(mode="separate", image=agent_image, build_context=agent_context,
+                          artifacts=_artifacts(config), **common)
+
+
 def dir_to_task(task_dir: Path) -> Task:
-    task_id = task_dir.name
     try:
         config = tomllib.loads(_text(task_dir / "task.toml", "task.toml"))
     except tomllib.TOMLDecodeError as error:
         raise RowError("task.toml", f"not valid TOML: {error}") from None
-    metadata, environment = _table(config, "metadata"), _table(config, "environment")
+    _check_schema(config, task_dir)
+    package, metadata = _table(config, "task"), _table(config, "metadata")
+    environment, agent = _table(config, "environment"), _table(config, "agent")
+    task_id = _typed(package, "name", "task.toml [task] name", str, "") or task_dir.name
+    if _typed(environment, "os", "task.toml [environment] os", str, "linux") != "linux":
+        raise RowError("task.toml [environment] os", "only linux tasks run here")
     instruction = _text(task_dir / "instruction.md", "instruction.md")
     if not instruction.strip():
         raise RowError("instruction.md", "empty")
-    _text(task_dir / "tests" / "test.sh", "tests/test.sh")
-    test_files = tuple(
-        (f"{TESTS_DIR}/{path.relative_to(task_dir / 'tests').as_posix()}", _text(path, f"tests/{path.name}"))
-        for path in sorted((task_dir / "tests").rglob("*")) if path.is_file()
-    )
-    image = _str(environment, "docker_image", "task.toml [environment] docker_image")
+    image = _typed(environment, "docker_image", "task.toml [environment] docker_image", str, "")
     build_context = ""
     if not image:
         env_dir = task_dir / "environment"
         if not (env_dir / "Dockerfile").is_file():
             raise RowError("environment/Dockerfile", "missing (and no [environment] docker_image in task.toml)")
-        slug = re.sub(r"[^a-z0-9._-]+", "-", task_id.lower()).strip("-.") or "task"
-        image = f"swerve-harbor/{slug}:{_dir_hash(env_dir)}"
+        image = f"swerve-harbor/{_slug(task_id)}:{_dir_hash(env_dir, task_dir)}"
         build_context = str(env_dir.resolve())
-    solve = task_dir / "solution" / "solve.sh"
+    verifier = _verifier(config, task_dir, image, build_context)
+    solution = task_dir / "solution"
+    gold_files = _encoded(solution, task_dir) if solution.is_dir() else ()
+    has_solve = any(path == "solve.sh" for path, _ in gold_files)
+    scratch = [VERIFIER_TESTS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR] + ([SOLUTION_DIR] if has_solve else [])
     return Task(
         id=task_id,
-        repo=_str(metadata, "repo", "task.toml [metadata] repo") or f"harbor/{task_id}",
+        repo=_typed(metadata, "repo", "task.toml [metadata] repo", str, "") or f"harbor/{task_id}",
         workspace_dir="",
         problem_statement=instruction,
-        test_command=TEST_COMMAND,
+        test_command=f"bash {VERIFIER_TESTS_DIR}/test.sh",
         fail_to_pass=(),
         pass_to_pass=(),
         gold_patch="",
-        stratum=_str(metadata, "difficulty", "task.toml [metadata] difficulty") or "unknown",
-        test_files=test_files,
-        split=_str(metadata, "split", "task.toml [metadata] split") or DEFAULT_SPLIT,
+        stratum=_typed(metadata, "difficulty", "task.toml [metadata] difficulty", str, "") or "unknown",
+        test_files=(),
+        split=_typed(metadata, "split", "task.toml [metadata] split", str, "") or DEFAULT_SPLIT,
         source=FORMAT,
         image=image,
         build_context=build_context,
-        scratch_dirs=(VERIFIER_TESTS_DIR, VERIFIER_LOGS_DIR),
-        gold_script=_text(solve, "solution/solve.sh") if solve.is_file() else "",
+        scratch_dirs=tuple(scratch),
+        gold_script=f"bash {SOLUTION_DIR}/solve.sh" if has_solve else "",
+        workdir=_typed(environment, "workdir", "task.toml [environment] workdir", str, ""),
+        harbor=verifier,
+        gold_files=gold_files if has_solve else (),
+        agent_timeout_s=_typed(agent, "timeout_sec", "task.toml [agent] timeout_sec", float, 0.0),
+        network=_network(environment),
     )
 
 

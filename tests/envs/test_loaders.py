@@ -1,3 +1,4 @@
+import base64
 import json
 import shutil
 import subprocess
@@ -7,7 +8,6 @@ import pytest
 
 from envs.loaders import LOADERS, detect_format
 from envs.loaders.common import ACTIVATE_TESTBED, reverse_patch
-from envs.loaders.harbor import test_command as harbor_test_command
 from envs.loaders.swebench import image_name
 from envs.loaders import load_task_set, load_tasks
 
@@ -298,8 +298,8 @@ def test_harbor_single_dir_and_dir_of_dirs(tmp_path):
     assert task.id == "hello-world" and task.problem_statement.startswith("Do the thing")
     assert task.stratum == "easy" and task.source == "harbor" and task.workspace_dir == ""
     assert task.image.startswith("swerve-harbor/hello-world:") and task.build_context.endswith("environment")
-    assert task.gold_script == "echo solved\n" and task.gold_patch == ""
-    assert ".harbor/tests/test.sh" in dict(task.test_files) and "bash /tests/test.sh" in task.test_command
+    assert task.gold_script == "bash /solution/solve.sh" and task.gold_patch == ""
+    assert task.test_files == () and "test.sh" in dict(task.harbor.tests) and "bash /tests/test.sh" in task.test_command
     task_set = load_task_set(str(tmp_path / "set"), split="all")
     assert [t.id for t in task_set.tasks] == ["hello-world", "with-image"]
     assert task_set.tasks[1].image == "ghcr.io/x/y:1" and task_set.tasks[1].split == "eval"
@@ -307,14 +307,60 @@ def test_harbor_single_dir_and_dir_of_dirs(tmp_path):
         ("no-tests", "tests/test.sh"), ("bad-toml", "task.toml"), ("no-env", "environment/Dockerfile")}
 
 
-@pytest.mark.parametrize("reward, resolved", [("1", True), ("1.0", True), ("0", False), ("0.5", False), (None, False)])
-def test_harbor_test_command_reads_the_reward_file(tmp_path, reward, resolved):
-    # Run the command with its absolute paths moved under tmp_path (a container would have them at /).
-    root = tmp_path / "root"
-    workspace = tmp_path / "ws"
-    (workspace / ".harbor" / "tests").mkdir(parents=True)
-    write = f"echo {reward} > {root}/logs/verifier/reward.txt" if reward is not None else "true"
-    (workspace / ".harbor" / "tests" / "test.sh").write_text(write + "\n")
-    command = harbor_test_command(f"{root}/tests", f"{root}/logs/verifier")
-    done = subprocess.run(["bash", "-c", command], cwd=workspace, capture_output=True, text=True)
-    assert (done.returncode == 0) is resolved, done.stderr
+def test_harbor_task_fields_come_from_task_toml_and_its_files(tmp_path):
+    toml = ('schema_version = "1.4"\nartifacts = ["/out/result.txt", {source = "report.md"}]\n'
+            '[task]\nname = "acme/count-words"\n[verifier]\ntimeout_sec = 90.0\nenvironment_mode = "separate"\n'
+            '[verifier.env]\nMODE = "strict"\n[agent]\ntimeout_sec = 120\n'
+            '[environment]\nworkdir = "/srv/app"\nnetwork_mode = "public"\n')
+    task_dir = write_harbor(tmp_path, "count-words", toml=toml)
+    (task_dir / "tests" / "Dockerfile").write_text("FROM x\nCOPY . /tests/\n")
+    (task_dir / "tests" / "__pycache__").mkdir()
+    (task_dir / "tests" / "__pycache__" / "test_outputs.cpython-311.pyc").write_bytes(b"\x00\xff binary")
+    (task_dir / "tests" / ".pytest_cache").mkdir()
+    (task_dir / "solution" / "wc.sh").write_bytes(b"#!/bin/sh\nwc -w\n")
+    (task_dir / "solution" / "data.bin").write_bytes(bytes(range(256)))
+    (task,) = load_tasks(str(task_dir))
+    assert task.id == "acme/count-words" and task.repo == "harbor/acme/count-words"
+    assert task.workdir == "/srv/app" and task.network == "public" and task.agent_timeout_s == 120.0
+    spec = task.harbor
+    assert spec.mode == "separate" and spec.tests_in_image and spec.build_context.endswith("tests")
+    assert spec.image.startswith("swerve-harbor-verifier/") and spec.timeout_s == 90.0 and spec.env == (("MODE", "strict"),)
+    assert [path for path, _ in spec.tests] == ["Dockerfile", "test.sh", "test_outputs.py"]  # leftovers ignored
+    assert spec.artifacts == ("/logs/artifacts", "/out/result.txt", "report.md")
+    assert spec.reward_files == ("reward.txt",)  # the only one its scripts write
+    gold = {path: base64.b64decode(content) for path, content in task.gold_files}
+    assert gold["data.bin"] == bytes(range(256)) and set(gold) == {"solve.sh", "wc.sh", "data.bin"}
+    assert task.gold_script == "bash /solution/solve.sh" and "/solution" in task.scratch_dirs
+
+
+@pytest.mark.parametrize("toml, mode", [("", "shared"), ('[verifier]\nenvironment_mode = "shared"\n', "shared"),
+                                        ('[verifier.environment]\ndocker_image = "v:1"\n', "separate")])
+def test_harbor_verifier_mode_resolves_as_harbor_does(tmp_path, toml, mode):
+    (task,) = load_tasks(str(write_harbor(tmp_path, "t", toml=toml)))
+    assert task.harbor.mode == mode and task.id == "t" and task.network == "none"
+    if mode == "separate":  # an image of its own: the tests are copied in, not bundled
+        assert task.harbor.image == "v:1" and not task.harbor.tests_in_image
+
+
+def test_harbor_separate_verifier_without_its_own_image_reuses_the_environment(tmp_path):
+    (task,) = load_tasks(str(write_harbor(tmp_path, "t", toml='[verifier]\nenvironment_mode = "separate"\n')))
+    assert task.harbor.image == task.image and task.harbor.build_context == task.build_context
+    assert not task.harbor.tests_in_image
+
+
+def test_harbor_refuses_by_name_what_it_cannot_run(tmp_path):
+    write_harbor(tmp_path, "multi", toml='[[steps]]\nname = "step-1"\n')
+    write_harbor(tmp_path, "steps-dir")
+    (tmp_path / "steps-dir" / "steps" / "step-1").mkdir(parents=True)
+    write_harbor(tmp_path, "future", toml='schema_version = "2.0"\n')
+    write_harbor(tmp_path, "windows", toml='[environment]\nos = "windows"\n')
+    write_harbor(tmp_path, "secret", toml='[verifier.env]\nKEY = "${OPENAI_API_KEY}"\n')
+    write_harbor(tmp_path, "allow", toml='[environment]\nnetwork_mode = "allowlist"\n')
+    write_harbor(tmp_path, "link")
+    (tmp_path / "link" / "tests" / "data").symlink_to("/etc/passwd")
+    skipped = {Path(s.row).name: (s.field, s.reason) for s in load_task_set(str(tmp_path), split="all").skipped}
+    assert skipped["multi"][0] == skipped["steps-dir"][0] == "task.toml [[steps]]"
+    assert "multi-step" in skipped["multi"][1]
+    assert "harbor==0.25.0" in skipped["future"][1] and skipped["windows"][0] == "task.toml [environment] os"
+    assert "${VAR}" in skipped["secret"][1] and "allowlist" in skipped["allow"][1]
+    assert skipped["link"][0] == "tests/data"  # the real path, not a guess

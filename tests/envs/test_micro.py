@@ -60,7 +60,7 @@ def test_loader_splits_and_ids():
 @pytest.mark.slow
 def test_tasks_pass_the_sanity_gate(make_sandbox):
     tasks = load_tasks("micro", "train")[: len(FAMILIES)]  # one per family
-    results = [validate_task(task, make_sandbox, 60.0, SWEEnvConfig.listing_timeout_s) for task in tasks]
+    results = [validate_task(task, make_sandbox, 60.0, SWEEnvConfig.listing_timeout_s, SandboxConfig()) for task in tasks]
     assert [r.verdict for r in results] == [OK] * len(tasks), [r.reason for r in results]
 
 

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from configs.schema import SWEEnvConfig, TasksConfig
+from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
 from envs import micro
 from envs.loaders import load_tasks
 from envs.stream_sources import open_stream
@@ -82,5 +82,5 @@ def test_a_run_opens_the_stream_by_split_and_lists_refuse_it():
 def test_stream_tasks_pass_the_sanity_gate(make_sandbox):
     stream = MicroStream(seed=0)
     tasks = [stream.task(i) for i in range(len(micro.FAMILIES))]  # one per family
-    results = [validate_task(task, make_sandbox, 60.0, SWEEnvConfig.listing_timeout_s) for task in tasks]
+    results = [validate_task(task, make_sandbox, 60.0, SWEEnvConfig.listing_timeout_s, SandboxConfig()) for task in tasks]
     assert [r.verdict for r in results] == [OK] * len(tasks), [r.reason for r in results]

@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from configs.schema import SWEEnvConfig, TasksConfig
+from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
 from envs.loaders import load_tasks
 from envs.loaders.common import reverse_patch
 from envs.validate import (NEEDS_CONTAINER, OK, QUARANTINED, SKIPPED, load_quarantine, quarantine_path,
@@ -13,7 +13,7 @@ TIMEOUT_S = 60.0
 
 
 def _validate_all(tasks, sandbox_factory, timeout_s):
-    return [validate_task(task, sandbox_factory, timeout_s, SWEEnvConfig.listing_timeout_s) for task in tasks]
+    return [validate_task(task, sandbox_factory, timeout_s, SWEEnvConfig.listing_timeout_s, SandboxConfig()) for task in tasks]
 NEW_FILE = "--- /dev/null\n+++ b/NOTES.txt\n@@ -0,0 +1 @@\n+a note that fixes nothing\n"
 
 
