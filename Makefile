@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sglang-side harness docker chromium test test-fast run check-dashboard clean
+.PHONY: setup sglang-side harness harbor docker chromium test test-fast run check-dashboard clean
 
 setup: $(STAMP) harness
 
@@ -59,6 +59,32 @@ harness: $(STAMP)
 		|| { tail -n 40 $(SETUP_LOG); rm -rf '$(MINI_SWE_AGENT_DIR)'; \
 			echo "set-up failed: mini-swe-agent not installed ($(SETUP_LOG)); retry: make harness"; exit 1; }; fi
 
+# Harbor (PyPI harbor, pinned) in its own venv outside the checkout: tests make their Harbor task
+# fixtures with Harbor's own `harbor init --task` code (tests/envs/harbor_tasks.py finds it). Harbor
+# asks for Python>=3.12 and only 3.11 is here, hence --ignore-requires-python: its CLI does not start
+# on 3.11, but the task initialiser runs (with a shim, in the helper). Beside it, in wheels/, the
+# pure-Python wheels of what Harbor's verifier template installs with uv (pytest==8.4.1,
+# pytest-json-ctrf==0.3.5, and pytest's dependencies, pinned), for verifier images built offline:
+# no pytest-json-ctrf release runs on the base image's pytest 7.2.1 (all read TestReport.start, new
+# in pytest 7.3). The stamp holds the package list, so a second run is instant and a changed pin
+# reinstalls; a failure stops here.
+HARBOR_VERSION := 0.25.0
+HARBOR_PKGS := harbor==$(HARBOR_VERSION)
+HARBOR_WHEELS := pytest==8.4.1 pytest-json-ctrf==0.3.5 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0
+HARBOR_DIR ?= $(HOME)/.cache/swerve/harbor-$(HARBOR_VERSION)
+
+harbor: $(STAMP)
+	@if grep -qxF '$(HARBOR_PKGS) $(HARBOR_WHEELS)' '$(HARBOR_DIR)/.installed' 2>/dev/null; then :; \
+	else echo "installing $(HARBOR_PKGS) into $(HARBOR_DIR); output in $(SETUP_LOG)"; \
+		rm -rf '$(HARBOR_DIR)' && mkdir -p '$(dir $(HARBOR_DIR))' \
+		&& { $(PY) -m venv '$(HARBOR_DIR)' \
+			&& '$(HARBOR_DIR)/bin/python' -m pip install -q --ignore-requires-python $(HARBOR_PKGS) \
+			&& '$(HARBOR_DIR)/bin/python' -m pip download -q --no-deps --only-binary=:all: -d '$(HARBOR_DIR)/wheels' $(HARBOR_WHEELS); } \
+			>> $(SETUP_LOG) 2>&1 \
+		&& echo '$(HARBOR_PKGS) $(HARBOR_WHEELS)' > '$(HARBOR_DIR)/.installed' \
+		|| { tail -n 40 $(SETUP_LOG); rm -rf '$(HARBOR_DIR)'; \
+			echo "set-up failed: Harbor not installed ($(SETUP_LOG)); retry: make harbor"; exit 1; }; fi
+
 # A Docker engine for the container sandbox's tests: the engine (docker.io) and debootstrap (the
 # offline base image) installed if missing, then the base image built once per engine (cached by
 # its recipe's hash). Where none of it can be had, only a warning: those tests then skip, naming
@@ -77,8 +103,9 @@ chromium: setup
 		|| $(call logged,apt-get update -qq && apt-get install -y -qq chromium)
 
 # The full suite (what CI runs), the dashboard check among it (tests/bench/test_check_dashboard.py).
-test: setup sglang-side docker chromium
-	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' SWERVE_MINI_SWE_AGENT_DIR='$(MINI_SWE_AGENT_DIR)' $(PY) -m pytest -q -p no:cacheprovider tests
+test: setup sglang-side harbor docker chromium
+	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' SWERVE_MINI_SWE_AGENT_DIR='$(MINI_SWE_AGENT_DIR)' \
+		SWERVE_HARBOR_DIR='$(HARBOR_DIR)' $(PY) -m pytest -q -p no:cacheprovider tests
 
 # Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).
 test-fast: setup
