@@ -51,8 +51,9 @@ def _list(args: argparse.Namespace) -> int:
                 "workspace_dir": task.workspace_dir,
             }))
         else:
-            print(f"{task.id}\t{task.repo}\t{task.stratum}\t{task.split}\t"
-                  f"F2P={len(task.fail_to_pass)} P2P={len(task.pass_to_pass)}")
+            graded = (f"harbor verifier={task.harbor.mode}" if task.harbor is not None
+                      else f"F2P={len(task.fail_to_pass)} P2P={len(task.pass_to_pass)}")
+            print(f"{task.id}\t{task.repo}\t{task.stratum}\t{task.split}\t{graded}")
     summary = (f"{len(task_set.tasks)} tasks ({cfg.tasks.source}, split {cfg.tasks.split}), "
                f"{len(task_set.skipped)} rows skipped")
     print(summary, file=sys.stderr if args.json else sys.stdout)

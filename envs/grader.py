@@ -6,7 +6,7 @@ status comes from the grader's own plugin (envs/jail/grade_report.py), written o
 finished, and is cross-checked against the run's exit code; the tested process's output is only
 shown, never parsed. So printing "PASSED <id>" lines, faking a summary or exiting 0 early cannot
 pass: a report that is missing, duplicated, for other tests, or that contradicts the exit code
-is a failure. A test command that is not a plain pytest call (Harbor's verifier script) is
+is a failure. A test command that is not a plain pytest call is
 graded by its exit code and the `-rA` summary as before.
 """
 from __future__ import annotations

@@ -99,12 +99,14 @@ def _test_command(spec: HarborVerifier, tests_dir: str = VERIFIER_TESTS_DIR) -> 
 
 
 def _shared(sandbox: Sandbox, spec: HarborVerifier, timeout_s: float):
-    # The agent's user owns all it left there, so it can always remove it (after chmod).
-    folders = " ".join(_AGENT_SCRATCH)
-    emptied = sandbox.exec(f"chmod -R u+rwx {folders} 2>/dev/null; find {folders} -mindepth 1 -delete; "
-                           f"mkdir -p {VERIFIER_TESTS_DIR} {VERIFIER_LOGS_DIR}", timeout_s=SYSTEM_STEP_S)
+    # The agent's user owns all it left there, so it can always remove it (after chmod); /tmp and
+    # /solution may also hold what the image's set-up left (another user's): only the agent's goes.
+    folders, verifier = " ".join(_AGENT_SCRATCH), f"{VERIFIER_TESTS_DIR} {VERIFIER_LOGS_DIR}"
+    emptied = sandbox.exec(f"chmod -R u+rwx {folders} 2>/dev/null; find {folders} -mindepth 1 -user \"$(id -u)\" "
+                           f"-delete 2>/dev/null; find {verifier} -mindepth 1 -delete && mkdir -p {verifier}",
+                           timeout_s=SYSTEM_STEP_S)
     if emptied.exit_code != 0:
-        return f"grading could not empty {folders} of what the agent left: {emptied.output[-300:]}"
+        return f"grading could not empty {verifier} of what the agent left: {emptied.output[-300:]}"
     upload_files(sandbox, VERIFIER_TESTS_DIR, spec.tests)
     run = sandbox.exec(_test_command(spec), timeout_s=timeout_s)
     return run.output, run.exit_code, _read_rewards(sandbox, spec)

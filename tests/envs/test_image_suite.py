@@ -78,8 +78,8 @@ def test_a_harbor_task_is_built_from_its_dockerfile_and_graded_by_its_reward(doc
     (task_dir / "solution" / "solve.sh").write_text("sed -i 's/a - b/a + b/' calc.py\n")
     task = load_tasks(str(task_dir.parent), "all")[0]
     try:
-        rc = main(["tasks", "validate", "--source", str(task_dir.parent), "sandbox.backend=docker",
-                   "sandbox.container_workdir=/testbed"])
+        # No sandbox.container_workdir: the image's WORKDIR is the workspace.
+        rc = main(["tasks", "validate", "--source", str(task_dir.parent), "sandbox.backend=docker"])
         out = capsys.readouterr().out
         assert rc == 0 and "1 ok, 0 quarantined" in out, out
         # A reward the agent plants is never read: the verifier's folders are emptied first.
@@ -87,7 +87,7 @@ def test_a_harbor_task_is_built_from_its_dockerfile_and_graded_by_its_reward(doc
         from envs.docker_sandbox import DockerSandbox
         from envs.swe_env import SWEEnv
 
-        box, env = DockerSandbox(SandboxConfig(container_workdir="/testbed")), SWEEnv()
+        box, env = DockerSandbox(SandboxConfig()), SWEEnv()
         try:
             env.reset(options={"task": task, "sandbox": box})
             env.step("```bash\nmkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo planted\n```")

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from configs.schema import SWEEnvConfig
+from configs.schema import SandboxConfig, SWEEnvConfig
 from envs.outcomes import InfraError, InfraSource
 from envs.pristine_view import capture_change, conflicts, grade_on_pristine
 from envs.workspace_change import Manifest, take_manifest
@@ -61,7 +61,7 @@ def test_a_reset_the_workspace_defeats_replaces_the_sandbox(make_sandbox, task_b
         raise OSError("rm: cannot remove 'trap': Operation not permitted")
 
     monkeypatch.setattr(sandbox, "reset", fails_once)
-    verdict = grade_on_pristine(sandbox, task, pristine, SWE)
+    verdict = grade_on_pristine(sandbox, task, pristine, SWE, SandboxConfig())
     assert not verdict.resolved and "the sandbox was replaced" in verdict.reason and verdict.result is None
     assert take_manifest(sandbox, SWE) == pristine and sandbox.exec("true").exit_code == 0
 
@@ -76,5 +76,5 @@ def test_a_task_whose_test_patch_fails_unchanged_is_an_infra_error(make_sandbox,
     pristine = take_manifest(sandbox, SWE)
     sandbox.exec("sed -i 's/if len(text) < width:/if len(text) <= width:/' textkit/wrap.py")
     with pytest.raises(InfraError, match="cannot be graded even unchanged") as error:
-        grade_on_pristine(sandbox, task, pristine, SWE)
+        grade_on_pristine(sandbox, task, pristine, SWE, SandboxConfig())
     assert error.value.source is InfraSource.GRADER
