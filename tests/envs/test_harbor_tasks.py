@@ -95,6 +95,9 @@ def harbor_set(docker_image, tmp_path_factory):
             _fix_calc(root, "fix-calc-pytest", verifier_mode="shared")]
     for task_dir in made:
         author_offline(task_dir, docker_image)
+    broken = _fix_calc(root, "broken-gold", verifier_mode="shared", no_pytest=True)
+    (broken / "solution" / "solve.sh").write_text("#!/bin/bash\ncp /solution/calc_v2.py /app/calc.py\n")
+    author_offline(broken, docker_image)
     networked = _count_words(root, "needs-network")
     author_offline(networked, docker_image)
     _edit_toml(networked, 'network_mode = "no-network"', 'network_mode = "public"')  # as Harbor wrote it
@@ -108,7 +111,7 @@ def harbor_set(docker_image, tmp_path_factory):
 def test_tasks_made_by_harbor_list_with_their_names_and_leftovers_ignored(harbor_set, capsys):
     root, tasks = harbor_set
     assert set(tasks) == {"swerve/count-words", "swerve/count-words-sh", "swerve/fix-calc", "swerve/fix-calc-pytest",
-                          "swerve/needs-network"}
+                          "swerve/broken-gold", "swerve/needs-network"}
     assert any((root / "count-words" / "tests" / "__pycache__").iterdir())  # Harbor's own leftover is there
     assert tasks["swerve/count-words"].harbor.mode == "separate" and tasks["swerve/fix-calc"].harbor.mode == "shared"
     assert main(["tasks", "list", "--source", str(root)]) == 0
@@ -125,7 +128,15 @@ def test_tasks_made_by_harbor_validate_under_docker_with_no_override(harbor_set,
     for name in ("count-words", "count-words-sh", "fix-calc", "fix-calc-pytest"):
         assert "\tresolved\tunresolved\tok\t" in rows[f"swerve/{name}"], out
     assert "quarantined" in rows["swerve/needs-network"] and "sandbox.docker_network" in rows["swerve/needs-network"]
-    assert rc == 1 and "4 ok, 1 quarantined" in out, out
+    # The gold script's own failure, named as such (not "gold patch does not resolve").
+    assert "\tquarantined\tgold script fails (exit 1)" in rows["swerve/broken-gold"], out
+    assert rc == 1 and "4 ok, 2 quarantined" in out, out
+
+
+def test_a_run_that_gives_its_sandboxes_a_network_gives_it_to_every_lease():
+    open_box, closed_box = DockerSandbox(SandboxConfig(docker_network="bridge")), DockerSandbox(SandboxConfig())
+    assert "bridge" == open_box.run_argv("img", "n")[open_box.run_argv("img", "n").index("--network") + 1]
+    assert "none" == closed_box.run_argv("img", "n")[closed_box.run_argv("img", "n").index("--network") + 1]
 
 
 def _episode(task, *commands: str):
