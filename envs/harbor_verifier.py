@@ -150,9 +150,12 @@ def export_artifacts(sandbox: Sandbox, artifacts: tuple[str, ...], max_bytes: in
     script = (f"wd=$(pwd); t=$(mktemp /tmp/swerve-artifacts.XXXXXXXX) || exit 97; cd / && "
               f"tar -cf \"$t\" --ignore-failed-read {names} 2>/dev/null; s=$?; "
               f"printf '{nonce} %s %s %s\\n' \"$s\" \"$(stat -c %s \"$t\")\" \"$t\"")
-    head = re.search(rf"^{nonce} (\d+) (\d+) (\S+)$", _system(sandbox, script, "pack the artifacts"), re.MULTILINE)
+    packed = sandbox.exec(script, timeout_s=SYSTEM_STEP_S)
+    if packed.timed_out:  # what the agent left takes that long to read (millions of files)
+        return f"the artifacts could not be packed in {SYSTEM_STEP_S:.0f} s"
+    head = re.search(rf"^{nonce} (\d+) (\d+) (\S+)$", packed.output, re.MULTILINE)
     if head is None:
-        raise InfraError(InfraSource.GRADER, "packing the artifacts printed no size")
+        raise InfraError(InfraSource.GRADER, f"packing the artifacts printed no size: {packed.output[-300:]}")
     status, size, path = int(head.group(1)), int(head.group(2)), head.group(3)
     try:
         if status != 0:  # an artifact not made is no error (--ignore-failed-read): a file too large is
