@@ -25,6 +25,7 @@ from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem, WorkSour
 from configs.schema import RolloutConfig
 from envs.outcomes import Outcome
 from envs.stream import TaskStream
+from policies.advantages import group_advantages
 
 STOP = "stop"
 COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined",
@@ -231,7 +232,9 @@ class SampleCollector(WorkSource):
             self.counts["buffered"] -= len(group.members)
             self.counts["dropped_stale"] += len(group.members) - len(fresh)
             self.counts["trained"] += len(fresh)
-            for traj, advantage in zip(fresh, self._advantages(fresh)):
+            # The group's baseline is over the members it trains: stale ones are left out.
+            advantages = group_advantages([t.reward for t in fresh], self.cfg.normalize_advantage_std)
+            for traj, advantage in zip(fresh, advantages):
                 key = (traj.group_id, traj.member, traj.attempt)
                 if key in self._trained_keys:
                     raise AccountingError(f"trajectory {key} would be trained twice")
@@ -260,17 +263,6 @@ class SampleCollector(WorkSource):
             "train_pass_rate": _mean(self._recent_rewards),
             "pass_rate_at_random": _mean(self._random_rewards),
         }
-
-    def _advantages(self, trajs: list[Trajectory]) -> list[float]:
-        if not trajs:
-            return []
-        rewards = [t.reward for t in trajs]
-        mean = sum(rewards) / len(rewards)
-        advantages = [r - mean for r in rewards]
-        if self.cfg.normalize_advantage_std and len(rewards) > 1:
-            std = (sum(a * a for a in advantages) / (len(rewards) - 1)) ** 0.5
-            advantages = [a / (std + 1e-6) for a in advantages]
-        return advantages
 
     # -- restarts ---------------------------------------------------------------------
     def snapshot(self) -> dict:
