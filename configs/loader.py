@@ -13,15 +13,6 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationErr
 
 from configs.schema import Config
 
-# Only backends that exist are allowed, so a typo or a not-yet-built backend fails at load time.
-# Keys typed as a Literal in configs/schema/ (engine.backend, trainer.backend, ...) are checked
-# by OmegaConf against it, and `_type_error` names the allowed values; these are the others.
-CHOICES = {
-    "rollout.mode": ("async", "sync"),
-    "rollout.task_selection": ("uniform", "pass_rate"),
-}
-
-
 # The agent-harness env, whose timeouts must nest (_check_harness_timeouts).
 HARNESS_ENV_ID = "swerve/Harness-v0"
 
@@ -93,7 +84,9 @@ def _type_error(err: ValidationError) -> ConfigError:
     elif isinstance(value, Node):
         value = value._value()
     hint = _leaf_type(key)
-    if typing.get_origin(hint) is typing.Literal:  # the same message as a CHOICES key's
+    # Keys with a fixed set of values (engine.backend, rollout.mode, ...) are typed as a Literal in
+    # configs/schema/, so a typo or a not-yet-built backend fails at load time, naming what exists.
+    if typing.get_origin(hint) is typing.Literal:
         return ConfigError(f"config key '{key}' is '{value}'; allowed: {', '.join(map(str, typing.get_args(hint)))}")
     shown = "null" if value is None else f"{value!r} ({type(value).__name__})"
     return ConfigError(f"config key '{key}' is {shown}; expected {_describe(_leaf_type(key))}")
@@ -170,12 +163,6 @@ def _check_keys(layer, prefix: str = "") -> None:
 
 
 def validate(cfg: Config) -> None:
-    for key, allowed in CHOICES.items():
-        value = cfg
-        for name in key.split("."):
-            value = getattr(value, name)
-        if value not in allowed:
-            raise ConfigError(f"config key '{key}' is '{value}'; allowed: {', '.join(allowed)}")
     positive = {
         "engine.num_engines": cfg.engine.num_engines,
         "engine.max_batch_size": cfg.engine.max_batch_size,

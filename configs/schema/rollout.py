@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass
 class RolloutConfig:
-    mode: str = "async"
+    # "async": episodes run while the trainer steps (samples up to max_staleness versions old);
+    # "sync": as max_staleness=0, each batch is sampled by the policy it trains.
+    mode: Literal["async", "sync"] = "async"
     max_staleness: int = 1
     num_episode_actors: int = 4
     group_size: int = 4
@@ -29,7 +32,7 @@ class RolloutConfig:
     # Which task the collector admits next (actors/task_picker.py): "uniform" (a shuffled pass
     # over every task) | "pass_rate" (the task whose decayed success estimate is nearest 0.5, so
     # groups have mixed rewards; unseen tasks keep being explored).
-    task_selection: str = "uniform"
+    task_selection: Literal["uniform", "pass_rate"] = "uniform"
     # pass_rate: evidence about a task halves in weight every this many policy versions.
     pass_rate_half_life_versions: float = 4.0
     # pass_rate: share of admissions that go to a task not seen yet, whatever the estimates say.
