@@ -8,6 +8,7 @@ import sys
 from actors import tasks_cli
 from actors.report import console
 from configs import ConfigError, load_config
+from policies.server.options import DEFAULT_PORT
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -141,7 +142,7 @@ def parser() -> argparse.ArgumentParser:
     status.set_defaults(func=_status)
     serve = with_config(sub.add_parser("serve", help="run a standalone CPU engine (SGLang's native HTTP API and "
                                                      "OpenAI's /v1/chat/completions)"))
-    serve.add_argument("--port", type=int, default=30000, help="port on 127.0.0.1 (0 picks a free one)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1 (0 picks a free one)")
     serve.add_argument("--model", default="", help="a model directory to serve, e.g. runs/NAME/policy "
                                                    "(model.path; default: the configured model)")
     serve.set_defaults(func=_serve)

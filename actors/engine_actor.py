@@ -28,14 +28,13 @@ from typing import Callable, Optional
 from policies.server.client import EngineClient, EngineHTTPError, EngineUnreachable, generate_body, parse_generate
 from configs.schema import EngineConfig
 from envs.outcomes import InfraError, InfraSource
-from policies.sample_types import FINISH_LENGTH, SampleOutput, SampleRequest
+from policies.sample_types import FINISH_ABORT, FINISH_LENGTH, SampleOutput, SampleRequest
 from policies.server import protocol
 from policies.server.process import (ENGINE_HOST, ServerProcess, drop_old_weights, free_port, server_command,
                                      server_env, server_kv_usage, weights_root, write_weights)
 
 log = logging.getLogger(__name__)
 
-FINISH_ABORT = protocol.FINISH_ABORT
 STATS_INTERVAL_S = 0.5
 
 
@@ -259,13 +258,13 @@ class EngineActor:
         return self._version
 
     def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
-                                  group_name: str = "weight_update_group", backend: str = "nccl") -> dict:
+                                  group_name: str = protocol.WEIGHT_UPDATE_GROUP, backend: str = "nccl") -> dict:
         """GPU path: join the trainer's NCCL group (SGLang `/init_weights_update_group`)."""
         return self.client.init_weights_update_group(master_address, master_port, rank_offset, world_size,
                                                      group_name, backend)
 
     def update_weights_from_distributed(self, names: list, dtypes: list, shapes: list, version: int,
-                                        group_name: str = "weight_update_group") -> int:
+                                        group_name: str = protocol.WEIGHT_UPDATE_GROUP) -> int:
         """GPU path: pause, then receive the trainer's NCCL broadcast (the trainer must start
         broadcasting after this call is under way: pausing with NCCL in flight hangs)."""
         with self._update_lock:

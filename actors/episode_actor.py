@@ -22,7 +22,7 @@ from envs.tasks import Task
 from policies.chat_session import ChatSession
 from policies.conversation import Conversation
 from policies.sample_types import SampleRequest, age_priority
-from policies.chat_tokenizer import load_chat_tokenizer
+from policies.chat_tokenizer import IM_END, load_chat_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class EpisodeActor:
         self.env_cfg = env_cfg
         self.sandbox_cfg = sandbox_cfg
         self.tokenizer = load_chat_tokenizer(tokenizer_path)
-        self.stop_ids = (self.tokenizer.convert_tokens_to_ids("<|im_end|>"),)
+        self.stop_ids = (self.tokenizer.convert_tokens_to_ids(IM_END),)
         self.fault_plan = faults
         self.engines = faults.wrap_router(engines) if faults else engines
         self.collector = collector

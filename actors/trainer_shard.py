@@ -34,6 +34,7 @@ from policies.device import role_device
 from policies.hf_dir import write_hf_dir
 from policies.sample_types import TrainSample
 from policies.server.process import free_port
+from policies.server.protocol import WEIGHT_UPDATE_GROUP
 from policies.trainer import Trainer
 from policies.trainer_backend import backend_class
 
@@ -124,7 +125,7 @@ class TrainerShard:
         return meta, state if self.rank == 0 else {}
 
     def init_weight_update_group(self, master_address: str, master_port: int, world_size: int,
-                                 group_name: str = "weight_update_group", backend: str = "nccl") -> None:
+                                 group_name: str = WEIGHT_UPDATE_GROUP, backend: str = "nccl") -> None:
         """Rank 0: host the NCCL group the engines join (SGLang /init_weights_update_group,
         rank_offset 1); call it concurrently with the engines' init calls."""
         from policies.weight_broadcast import init_weight_update_group
@@ -133,7 +134,7 @@ class TrainerShard:
             self._weight_group = init_weight_update_group(master_address, master_port, world_size, 0,
                                                           group_name, backend)
 
-    def broadcast_weights(self, engines: list, version: int, group_name: str = "weight_update_group",
+    def broadcast_weights(self, engines: list, version: int, group_name: str = WEIGHT_UPDATE_GROUP,
                           dtype: str = "") -> dict:
         """Every rank calls it (gathering sharded weights is collective); rank 0 broadcasts to
         `engines` (EngineActor handles) bucket by bucket, cast to `dtype` (e.g. "bfloat16", the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Protocol, Sequence
 
-from policies.chat_tokenizer import IM_END
+from policies.chat_tokenizer import IM_END, IM_START
 
 
 class ChatTokenizerLike(Protocol):
@@ -77,7 +77,7 @@ class Conversation:
             # The generation hit its length cap; the template still needs the turn closed.
             self._append_context([self._im_end_id])
         text = neutralize_special_tokens(text)
-        chunk = f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+        chunk = f"\n{IM_START}user\n{text}{IM_END}\n{IM_START}assistant\n"
         self._append_context(self._tokenizer.encode(chunk, add_special_tokens=False))
         self._messages.append({"role": "user", "content": text})
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-FINISH_STOP = "stop"
-FINISH_LENGTH = "length"
+# Why a generation ended (SampleOutput.finish_reason): SGLang's finish_reason "type" strings, so
+# what the server's wire says (policies/server/protocol.py, which imports these) needs no mapping.
+FINISH_STOP = "stop"        # a stop token was sampled (it ends the output)
+FINISH_LENGTH = "length"    # max_new_tokens or the context cap
+FINISH_ABORT = "abort"      # aborted or paused mid-generation (the engine actor resumes these)
 
 
 @dataclass
@@ -26,7 +29,7 @@ class SampleOutput:
     token_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
     versions: List[int] = field(default_factory=list)
-    finish_reason: str = FINISH_LENGTH  # FINISH_STOP | FINISH_LENGTH
+    finish_reason: str = FINISH_LENGTH  # FINISH_STOP | FINISH_LENGTH | FINISH_ABORT
 
 
 @dataclass

@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from configs.schema import EngineConfig, SimEngineConfig
-from policies.sample_types import FINISH_LENGTH, SampleOutput, SampleRequest
-from policies.chat_tokenizer import load_chat_tokenizer
+from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
+from policies.chat_tokenizer import IM_END, load_chat_tokenizer
 
-FINISH_STOP = "stop"
 MARKER = re.compile(r"\[sim plan (\d+)x(\d+) turn (\d+)\]")
 # Log-prob reported for every scripted token (nothing is sampled; the trainer only needs a number).
 SCRIPTED_LOGPROB = -0.5
@@ -80,7 +79,7 @@ class SimEngine:
         """Same arguments as EngineActor; there is no server, so exit_on_server_death has nothing to watch."""
         self.index, self.cfg, self.sim = index, cfg, cfg.sim
         self.tokenizer = load_chat_tokenizer(model_path)
-        self._im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self._im_end = self.tokenizer.convert_tokens_to_ids(IM_END)
         filler = self.tokenizer.encode(" .", add_special_tokens=False)
         self._filler = filler[0] if len(filler) == 1 else self.tokenizer.encode(".", add_special_tokens=False)[0]
         self._version = 0

@@ -26,10 +26,10 @@ import urllib.request
 from typing import Any, Optional, Sequence
 
 from configs.schema import EngineConfig
-from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
+from policies.sample_types import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
 from policies.server import protocol
-from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, FINISH_ABORT, GENERATE, HEALTH, LOADS,
-                                      PAUSE_GENERATION, SERVER_INFO, UPDATE_WEIGHTS_FROM_DISK)
+from policies.server.protocol import (ABORT_REQUEST, CONTINUE_GENERATION, GENERATE, HEALTH, LOADS,
+                                      PAUSE_GENERATION, SERVER_INFO, UPDATE_WEIGHTS_FROM_DISK, WEIGHT_UPDATE_GROUP)
 
 # GPU (NCCL) weight sync: SGLang routes our CPU server does not serve.
 INIT_WEIGHTS_UPDATE_GROUP = "/init_weights_update_group"
@@ -152,7 +152,7 @@ class EngineClient:
         return _checked(UPDATE_WEIGHTS_FROM_DISK, self.post(UPDATE_WEIGHTS_FROM_DISK, body))
 
     def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int,
-                                  world_size: int, group_name: str = "weight_update_group",
+                                  world_size: int, group_name: str = WEIGHT_UPDATE_GROUP,
                                   backend: str = "nccl") -> dict:
         body = {"master_address": master_address, "master_port": int(master_port), "rank_offset": int(rank_offset),
                 "world_size": int(world_size), "group_name": group_name, "backend": backend}
@@ -160,7 +160,7 @@ class EngineClient:
 
     def update_weights_from_distributed(self, names: Sequence[str], dtypes: Sequence[str],
                                         shapes: Sequence[Sequence[int]], weight_version: Optional[str] = None,
-                                        group_name: str = "weight_update_group", flush_cache: bool = True) -> dict:
+                                        group_name: str = WEIGHT_UPDATE_GROUP, flush_cache: bool = True) -> dict:
         body: dict[str, Any] = {"names": list(names), "dtypes": list(dtypes), "shapes": [list(s) for s in shapes],
                                 "group_name": group_name, "flush_cache": flush_cache}
         if weight_version is not None:

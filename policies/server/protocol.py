@@ -58,6 +58,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
+from policies.sample_types import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP  # noqa: F401 (protocol.FINISH_*)
+
 # ---- endpoint paths (SGLang `http_server.py` routes) ----
 GENERATE = "/generate"                                   # POST (SGLang also PUT)
 ABORT_REQUEST = "/abort_request"                         # POST AbortReq
@@ -76,15 +78,22 @@ HEALTH = "/health"                                       # GET
 HEALTH_GENERATE = "/health_generate"                     # GET (runs a 1-token generation)
 
 # ---- finish reasons (SGLang schedule_batch.FINISH_* .to_json()["type"]) ----
-FINISH_STOP = "stop"        # FINISH_MATCHED_TOKEN: {"type": "stop", "matched": token_id}
-FINISH_LENGTH = "length"    # FINISH_LENGTH: {"type": "length", "length": n}
-FINISH_ABORT = "abort"      # FINISH_ABORT: {"type": "abort", "message": str}
+# Defined once in policies/sample_types.py (a SampleOutput's finish_reason is the wire's type):
+# FINISH_STOP    FINISH_MATCHED_TOKEN: {"type": "stop", "matched": token_id}
+# FINISH_LENGTH  FINISH_LENGTH: {"type": "length", "length": n}
+# FINISH_ABORT   FINISH_ABORT: {"type": "abort", "message": str}
 
 # ---- pause modes (SGLang PauseGenerationReqInput.mode) ----
 PAUSE_ABORT = "abort"          # SGLang's default: abort all requests, then pause
 PAUSE_IN_PLACE = "in_place"    # stop scheduling; running requests keep their KV cache
 PAUSE_RETRACT = "retract"      # stop scheduling; running requests go back to the queue
 PAUSE_MODES = (PAUSE_ABORT, PAUSE_RETRACT, PAUSE_IN_PLACE)
+
+# ---- NCCL weight sync (SGLang /init_weights_update_group, /update_weights_from_distributed;
+# the CPU server does not serve them) ----
+# The process group's name: the trainer (policies/weight_broadcast.py) and every engine must use
+# the same one, as the group's store keys are prefixed by it.
+WEIGHT_UPDATE_GROUP = "weight_update_group"
 
 # ---- swerve extensions (absent from SGLang responses) ----
 OUTPUT_TOKEN_WEIGHT_VERSIONS = "output_token_weight_versions"
