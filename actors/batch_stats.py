@@ -1,4 +1,4 @@
-"""Rollout metrics of one batch (names are the DESIGN.md contract)."""
+"""Rollout metrics of one batch (names are a contract: docs/contracts.md, "Metrics")."""
 from __future__ import annotations
 
 import statistics

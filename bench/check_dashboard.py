@@ -76,7 +76,7 @@ def _answers(url: str) -> bool:
 
 def _wait_for_first_step(run: subprocess.Popen, run_dir: Path, dashboard: str, deadline_s: float) -> None:
     """Until the run's first optimizer step is in metrics.jsonl (every role has worked by then) and
-    its dashboard answers: what the run guarantees (DESIGN.md's run directory), not console text."""
+    its dashboard answers: what the run guarantees (docs/contracts.md, "Run directory"), not console text."""
     metrics = run_dir / "metrics.jsonl"
     while time.monotonic() < deadline_s:
         if run.poll() is not None:

@@ -1,6 +1,6 @@
 """Outcome classes of an episode, and the error type that marks infrastructure failures.
 
-Agent-caused outcomes are scored; infra errors never are (DESIGN.md).
+Agent-caused outcomes are scored; infra errors never are (docs/contracts.md, "Outcome classes").
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every DESIGN.md metric as a Ray gauge (Prometheus name `ray_swerve_<name>`), tagged by run.
+"""Every contract metric (docs/contracts.md, "Metrics") as a Ray gauge (Prometheus name
+`ray_swerve_<name>`), tagged by run.
 
 Tags stay low-cardinality (the run name only, plus the source of infra errors), so a long
 run does not grow the node's metric series. Tags are the only strings exported, and they are
@@ -21,7 +22,7 @@ class MetricsExporter:
     def __init__(self, run_name: str):
         self.tags = {"run": redact_text(run_name)}
         self._gauges = {
-            name: Gauge(PREFIX + name, f"swerve {name} (see DESIGN.md)", tag_keys=("run",))
+            name: Gauge(PREFIX + name, f"swerve {name} (see docs/contracts.md)", tag_keys=("run",))
             for name in METRIC_NAMES if name not in _NOT_GAUGES
         }
         self._infra = Gauge(PREFIX + "infra_errors_by_source", "infra errors in the last batch by source",

@@ -1,4 +1,4 @@
-"""What a run writes under runs/<run.name>/ (the DESIGN.md contract).
+"""What a run writes under runs/<run.name>/ (the contract: docs/contracts.md, "Run directory").
 
 Everything written goes through `write_text_atomic`, `write_json` or `write_jsonl`, which blank
 secrets (actors/report/redact.py): a key in the config or in a command's output never reaches a file.

@@ -1,4 +1,4 @@
-"""One step's metrics row (the DESIGN.md names) and the one-line status the driver prints."""
+"""One step's metrics row (the names of docs/contracts.md, "Metrics") and the one-line status the driver prints."""
 from __future__ import annotations
 
 from typing import Optional
