@@ -1,8 +1,9 @@
 """Inference engines (actors/engine_actor.py, policies/server/)."""
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
-from typing import List, Literal
+from typing import Collection, List, Literal
 
 
 @dataclass
@@ -36,8 +37,27 @@ class SimEngineConfig:
 # Engine backends: "cpu" our server (python -m policies.server); "sglang" a real SGLang server
 # (GPU); "sim" a simulated engine in the actor itself (engine.sim; benchmarks). Each has its
 # server command in policies/server/process.py SERVER_COMMANDS and its actor class in
-# actors/remote.py REMOTE_ENGINES ("sim" has no server).
+# actors/remote.py REMOTE_ENGINES ("sim" has no server); both check themselves against this
+# list when imported (check_backend_registry).
 EngineBackend = Literal["cpu", "sglang", "sim"]
+ENGINE_BACKENDS: tuple[str, ...] = typing.get_args(EngineBackend)
+# The backends that run in their actor, with no server process.
+SERVERLESS_BACKENDS = ("sim",)
+SERVER_BACKENDS = tuple(b for b in ENGINE_BACKENDS if b not in SERVERLESS_BACKENDS)
+
+
+def check_backend_registry(registry: Collection[str], where: str, backends: Collection[str] = ENGINE_BACKENDS) -> None:
+    """Raise unless `registry` (keyed by engine.backend) has an entry for each of `backends` and
+    no other. Each registry calls it where it is built, so a backend added to EngineBackend
+    without its server command or actor class (or one left behind after its removal) fails at
+    the first import, in every test, instead of in the first run that picks it."""
+    missing = [b for b in backends if b not in registry]
+    unknown = [str(k) for k in registry if k not in backends]
+    if missing or unknown:
+        problems = [f"no entry for {', '.join(missing)}"] if missing else []
+        problems += [f"an entry for {', '.join(unknown)}, not one of them"] if unknown else []
+        raise RuntimeError(f"{where} must have an entry for each of {', '.join(backends)} (engine.backend, "
+                           f"configs/schema/engine.py EngineBackend), but it has {' and '.join(problems)}")
 
 
 @dataclass

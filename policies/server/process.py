@@ -18,6 +18,7 @@ import threading
 from typing import Callable, Optional
 
 from configs.schema import EngineBackend, EngineConfig
+from configs.schema.engine import SERVER_BACKENDS, check_backend_registry
 
 LOG_TAIL_CHARS = 4000
 # Only the engine's own actor, on the same node, talks to its server: it listens on loopback
@@ -64,12 +65,13 @@ def _priority_flags(cfg: EngineConfig) -> list[str]:
             "--priority-scheduling-preemption-threshold", str(cfg.priority_preemption_threshold)]
 
 
-# engine.backend -> the command line of its server; every EngineBackend but "sim" (which runs in
-# its actor, no server) has one, and actors/remote.py gives each of these an EngineActor.
+# engine.backend -> the command line of its server; every EngineBackend but the serverless ones
+# ("sim" runs in its actor) has one, and actors/remote.py gives each of these an EngineActor.
 SERVER_COMMANDS: dict[EngineBackend, Callable[[EngineConfig, str, int], list[str]]] = {
     "cpu": _cpu_command,
     "sglang": _sglang_command,
 }
+check_backend_registry(SERVER_COMMANDS, "policies/server/process.py SERVER_COMMANDS", SERVER_BACKENDS)
 
 
 def server_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:

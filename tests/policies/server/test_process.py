@@ -6,12 +6,14 @@ import typing
 import pytest
 
 from configs.schema import EngineBackend, EngineConfig
+from configs.schema.engine import SERVER_BACKENDS
 from policies.server.options import ServerConfig, engine_server_config, parse_args
 from policies.server.process import SERVER_COMMANDS, server_command
 
 
 def test_every_engine_backend_but_the_in_actor_sim_has_a_server_command():
     assert set(SERVER_COMMANDS) | {"sim"} == set(typing.get_args(EngineBackend))
+    assert tuple(SERVER_COMMANDS) == SERVER_BACKENDS  # what process.py checks when imported
     for backend in SERVER_COMMANDS:
         cmd = server_command(EngineConfig(backend=backend, server_args=["--log-level", "info"]), "/model", 1234)
         assert cmd[cmd.index("--port") + 1] == "1234" and cmd[-2:] == ["--log-level", "info"]
