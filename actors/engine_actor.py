@@ -29,6 +29,7 @@ from policies.server.client import EngineClient, EngineHTTPError, EngineUnreacha
 from configs.schema import EngineConfig
 from envs.outcomes import InfraError, InfraSource
 from policies.sample_types import FINISH_ABORT, FINISH_LENGTH, SampleOutput, SampleRequest
+from policies.seeds import derive_seed
 from policies.server import protocol
 from policies.server.process import (ENGINE_HOST, ServerProcess, drop_old_weights, free_port, server_command,
                                      server_env, server_kv_usage, weights_root, write_weights)
@@ -217,7 +218,7 @@ class EngineActor:
     def _generate_once(self, request: SampleRequest, so_far: SampleOutput, budget: int, rid: str) -> SampleOutput:
         seed = request.seed
         if seed is not None and so_far.token_ids:
-            seed = (seed + 7919 * len(so_far.token_ids)) % 2**31  # a resumed segment draws fresh randomness
+            seed = derive_seed(seed, len(so_far.token_ids))  # a resumed segment draws fresh randomness
         body = generate_body(request, rid, budget - len(so_far.token_ids),
                              list(request.prompt_ids) + so_far.token_ids, seed, with_priority=self.cfg.priority == "age")
         try:

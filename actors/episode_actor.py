@@ -22,6 +22,7 @@ from envs.tasks import Task
 from policies.chat_session import ChatSession
 from policies.conversation import Conversation
 from policies.sample_types import SampleRequest, age_priority
+from policies.seeds import derive_seed
 from policies.chat_tokenizer import IM_END, load_chat_tokenizer
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class EpisodeActor:
             oldest = oldest_version(conv.versions, conv.loss_mask, work.admitted_version)
             request = SampleRequest(list(conv.token_ids), min(self.cfg.max_tokens_per_turn, room),
                                     self.cfg.temperature, self.cfg.top_p, self.stop_ids,
-                                    seed=(work.seed * 1009 + turn) % 2**31,
+                                    seed=derive_seed(work.seed, turn),
                                     priority=age_priority(oldest, traj.started_s))
             out = self.engines.generate(request, sticky_key)
             text = conv.append_generation(out.token_ids, out.logprobs, out.versions)

@@ -19,6 +19,7 @@ from policies.chat_tokenizer import IM_END
 from policies.conversation import ChatTokenizerLike
 from policies.openai_wire import ChatRequest, OpenAIError, completion_body
 from policies.sample_types import SampleRequest, age_priority
+from policies.seeds import derive_seed
 
 
 @dataclass
@@ -87,9 +88,9 @@ class HarnessPlayer:
         wanted = self.rollout.max_tokens_per_turn if request.max_tokens is None else request.max_tokens
         segment = chat.current
         oldest = oldest_version(segment.versions, segment.loss_mask, work.admitted_version)
-        seed = (work.seed * 1009 + chat.requests) % 2**31
+        seed = derive_seed(work.seed, chat.requests)
         if request.seed is not None:  # the harness's seed varies the draw, never fixes it across a group
-            seed = (seed ^ (request.seed * 2654435761)) % 2**31
+            seed = derive_seed(seed, request.seed)
         out = engines.generate(SampleRequest(prompt, max(1, min(wanted, self.rollout.max_tokens_per_turn, room)),
                                              self.rollout.temperature, self.rollout.top_p, self.stop_ids, seed=seed,
                                              priority=age_priority(oldest, traj.started_s)), sticky_key)

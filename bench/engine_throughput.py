@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import time
 from typing import Any, Dict, Optional, Sequence
 
+from policies.seeds import derive_seed
 from policies.server import protocol
+
+# The warm-up's prompts come from derive_seed(seed, WARMUP_STREAM); the measured ones from seed.
+WARMUP_STREAM = -1
 
 
 async def _run_level(url: str, concurrency: int, num_requests: int, prompt_len: int,
@@ -35,10 +40,10 @@ async def _run_level(url: str, concurrency: int, num_requests: int, prompt_len: 
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            prompt = [(seed * 7919 + i * 104729 + j * 31) % (vocab - 10) + 5
-                      for j in range(prompt_len)]
+            rng = random.Random(derive_seed(seed, i))  # clear of the first and last 5 ids (special tokens)
+            prompt = [rng.randrange(5, vocab - 5) for _ in range(prompt_len)]
             body = protocol.generate_request(prompt, max_new_tokens=max_new_tokens,
-                                             temperature=1.0, sampling_seed=seed + i,
+                                             temperature=1.0, sampling_seed=derive_seed(seed, i),
                                              return_logprob=True)
             body["sampling_params"]["ignore_eos"] = True
             start = time.perf_counter()
@@ -119,8 +124,8 @@ def measure_throughput(
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         _wait_ready(url, proc, timeout=120)
-        # warm-up: first forwards allocate and pick kernels
-        asyncio.run(_run_level(url, 2, 2, prompt_len, 4, vocab, seed + 10_000))
+        # warm-up: first forwards allocate and pick kernels (on other prompts than those measured)
+        asyncio.run(_run_level(url, 2, 2, prompt_len, 4, vocab, derive_seed(seed, WARMUP_STREAM)))
         results = {}
         for level in levels:
             count = requests_per_level or max(4 * level, 16)

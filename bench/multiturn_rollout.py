@@ -12,20 +12,26 @@ observations 41, replies 20), and `long_replies`, every reply at the cap
 """
 from __future__ import annotations
 
+import random
 import statistics
 import threading
 import time
 
 from configs import Config
+from policies.seeds import derive_seed
 
 CONVERSATIONS, TURNS = 8, 8
+# Prompts and observations: conversation c's are drawn from derive_seed(SEED, c) and (SEED, c, turn).
+SEED = 0
 # name -> (prompt, observation, reply tokens); reply None: rollout.max_tokens_per_turn.
 SHAPES = {"default_run": (85, 41, 20), "long_replies": (160, 48, None)}
 HEADLINE = "default_run"
 
 
 def _tokens(seed: int, n: int, vocab: int) -> list[int]:
-    return [(seed * 7919 + j * 104729) % (vocab - 10) + 5 for j in range(n)]
+    """n token ids drawn from `seed`, clear of the vocabulary's first and last 5 (special tokens)."""
+    rng = random.Random(seed)
+    return [rng.randrange(5, vocab - 5) for _ in range(n)]
 
 
 def rollout(scheduler, vocab: int, prompt_tokens: int, observation_tokens: int, reply_tokens: int) -> dict:
@@ -33,7 +39,7 @@ def rollout(scheduler, vocab: int, prompt_tokens: int, observation_tokens: int, 
     from policies.server import protocol
     from policies.server.request import Request
 
-    conversations = [_tokens(c, prompt_tokens, vocab) for c in range(CONVERSATIONS)]
+    conversations = [_tokens(derive_seed(SEED, c), prompt_tokens, vocab) for c in range(CONVERSATIONS)]
     replies, started = [], time.perf_counter()
     for turn in range(TURNS):
         done = threading.Semaphore(0)
@@ -46,7 +52,7 @@ def rollout(scheduler, vocab: int, prompt_tokens: int, observation_tokens: int, 
             if not done.acquire(timeout=600):
                 raise TimeoutError("a multiturn_rollout turn did not finish in 600 s")
         replies.append([r.output_ids for r in requests])
-        conversations = [conv + r.output_ids + _tokens(100 + turn * CONVERSATIONS + c, observation_tokens, vocab)
+        conversations = [conv + r.output_ids + _tokens(derive_seed(SEED, c, turn), observation_tokens, vocab)
                          for c, (conv, r) in enumerate(zip(conversations, requests))]
     seconds = time.perf_counter() - started
     turns = CONVERSATIONS * TURNS
