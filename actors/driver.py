@@ -1,18 +1,22 @@
 """The training loop. Everything else is an actor; this file is the whole story of a step:
 
-    batch = collector.next_batch()  ->  trainer shards train_step(batch)  ->  push weights  ->  tell the version
+    batch = collector.next_batch()  ->  update = trainers.train(batch)  ->  engines.sync(weights)
+    ->  collector.set_version(update's version)
 
-The trainer owns the policy version (it counts updates and checkpoints the count); the driver
-reads it from each update and tells the engines and the collector. When the collector or a
-trainer shard dies or hangs, the supervisor (actors/supervisor.py) rebuilds the fleet and the
-run goes on from its newest checkpoint.
+Reading order of the algorithm: actors/episode_actor.py (an episode: the policy acts in a
+Gymnasium env, the trajectory keeps its tokens and their versions), actors/sample_collector.py
+(groups, staleness-bounded admission, the books), policies/advantages.py (group advantages),
+policies/trainer.py (the loss and the update), then this loop. The trainer owns the policy
+version (it counts updates and checkpoints the count); the driver reads it from each update and
+tells the engines and the collector. Every call to another role goes through that role's handle
+(actors/roles.py), which owns its deadline (deadlines.*) and names the role when it fails; when the
+collector or a trainer shard dies or hangs, the supervisor (actors/supervisor.py) rebuilds the
+fleet and the run goes on from its newest checkpoint.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
-
-import ray
 
 from actors.report.fault_report import fault_report
 from actors.faults import EngineKills
@@ -21,33 +25,38 @@ from actors.policy_setup import ensure_policy
 from actors.report.metrics_export import MetricsExporter
 from actors.report.plots import write_plots
 from actors.restart import CheckpointCadence, resume_run, save_run_checkpoint
-from actors.supervisor import RoleFailure, Supervisor, call, guard
+from actors.supervisor import RoleFailure, Supervisor
 from actors.report.run_dir import RunDir
 from actors.report import console
 from actors.report.step_report import progress_figure, status_line, step_metrics, uniform_groups_hint, update_metrics
 from actors.trajectory import Batch
+from actors.watchdog import Watchdog, stall_dump
 from configs import Config
 from policies.checkpoint import latest_checkpoint
 from envs.validate import trainable_tasks
+from policies.seeds import derive_seed
 from policies.trainer import minibatch_totals
 
 
-def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batch:
+def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter, watchdog: Watchdog) -> Batch:
     next_status = time.monotonic() + cfg.run.status_interval_s
-    collector_s = cfg.deadlines.collector_call_s
     hinted = False
     while True:
-        batch = call(fleet.collector.next_batch.remote(cfg.rollout.temperature), "collector", collector_s)
+        batch = fleet.collector.next_batch(cfg.rollout.temperature)
         if batch is not None:
             return batch
         fleet.engine_set.maybe_replace_dead()  # a dead or hung engine comes back with the current weights
         if reap_episodes(fleet, cfg):  # dead episode actors are replaced; one that returned is a bug
             raise RuntimeError("episode actors stopped before the run ended")
         if time.monotonic() >= next_status:
-            acc = call(fleet.collector.accounting.remote(), "collector", collector_s)
+            acc = fleet.collector.accounting()
             if acc["tasks_exhausted"]:
                 raise RuntimeError(f"every task is quarantined, nothing left to train on: {acc['quarantined_tasks']}")
             exporter.export(acc)  # live counters while the trainer waits
+            stalled_s = watchdog.stalled_s(acc, time.monotonic())
+            if stalled_s is not None:
+                print(stall_dump(acc, fleet.engine_set.stats(), len(fleet.episodes), stalled_s), flush=True)
+                raise RoleFailure("run", f"stalled: nothing finished for {stalled_s:.0f} s (deadlines.progress_s)")
             hint = None if hinted else uniform_groups_hint(acc, cfg.rollout)
             if hint:
                 console.warn(hint)
@@ -58,27 +67,15 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter) -> Batc
         time.sleep(cfg.rollout.poll_interval_s)
 
 
-def trainer_roles(fleet: Fleet) -> list[str]:
-    return [f"trainer-{r}" for r in range(len(fleet.trainers))]
-
-
 def train_on_batch(fleet: Fleet, batch: Batch, cfg: Config) -> dict:
-    # Tensor-parallel peers share a data-parallel rank and so get the same samples.
-    layout = fleet.trainer_layout
+    layout = fleet.trainers.layout
     tokens, rows = minibatch_totals(batch.samples, layout[0][1], cfg.trainer.minibatches)
-    stats = call([t.train_step.remote(batch.samples[rank::size], batch.temperature, tokens, rows)
-                  for t, (rank, size) in zip(fleet.trainers, layout)], "trainer", cfg.deadlines.train_step_s,
-                 trainer_roles(fleet))
-    return update_metrics(layout, stats)
+    return update_metrics(layout, fleet.trainers.train(batch.samples, batch.temperature, tokens, rows))
 
 
-def sync_weights(fleet: Fleet, version: int, cfg: Config) -> tuple[list[int], float]:
-    # Collective on sharded backends: every rank exports; rank 0's state_dict goes to the engines
-    # by reference (the driver never fetches the weights).
-    exports = [t.export_weights.options(num_returns=2).remote() for t in fleet.trainers]
-    metas = call([meta for meta, _ in exports], "trainer", cfg.deadlines.weight_sync_s, trainer_roles(fleet))
-    versions = fleet.engine_set.sync(exports[0][1], version)
-    return versions, metas[0]["time_export_s"]
+def sync_weights(fleet: Fleet, version: int) -> tuple[list[int], float]:
+    weights, meta = fleet.trainers.export_weights()
+    return fleet.engine_set.sync(weights, version), meta["time_export_s"]
 
 
 def begin(fleet: Fleet, cfg: Config, run_dir: RunDir, resume: bool) -> tuple[int, int]:
@@ -87,10 +84,9 @@ def begin(fleet: Fleet, cfg: Config, run_dir: RunDir, resume: bool) -> tuple[int
         run_dir.keep_rows_through(0)  # a restart without a checkpoint starts over
         run_dir.record_event("start", step=0, version=0)
         return 0, 0
-    with guard():
-        step, version, readmitted = resume_run(fleet, run_dir.checkpoints, cfg.deadlines.checkpoint_s)
-        run_dir.keep_rows_through(step)
-        sync_weights(fleet, version, cfg)
+    step, version, readmitted = resume_run(fleet, run_dir.checkpoints)
+    run_dir.keep_rows_through(step)
+    sync_weights(fleet, version)
     run_dir.record_event("resume", step=step, version=version, readmitted=readmitted)
     console.say(f"resumed at step {step}, v{version}; {readmitted} in-flight trajectories re-admitted")
     return step, version
@@ -110,7 +106,7 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
     tokenizer_path, model_path = ensure_policy(cfg)
     tasks, quarantined = trainable_tasks(cfg.tasks)
     exporter = MetricsExporter(cfg.run.name)
-    engine_kills = EngineKills(cfg.faults.engine_kill_rate, cfg.run.seed * 65537 + 1)
+    engine_kills = EngineKills(cfg.faults.engine_kill_rate, derive_seed(cfg.run.seed))  # episodes': (seed, generation, i)
     supervisor = Supervisor(cfg.run, resume_command(cfg))
     resume = cfg.run.resume
     bar = None
@@ -126,20 +122,20 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                         f"{len(fleet.engines)} engines, {len(fleet.trainers)} trainer shards, "
                         f"{len(fleet.episodes)} episode actors -> {run_dir.path}")
             bar = bar or console.progress(f"{cfg.run.name} train", cfg.trainer.total_steps, "steps", done=step)
+            watchdog = Watchdog(cfg.deadlines.progress_s, time.monotonic())
             while step < cfg.trainer.total_steps:
                 step += 1
                 t_step = time.perf_counter()
                 engine_kills.maybe_kill(fleet.engine_set)  # rollouts are generating now: a kill lands mid-generation
-                batch = wait_for_batch(fleet, cfg, exporter)
+                batch = wait_for_batch(fleet, cfg, exporter, watchdog)
                 time_rollout_wait_s = time.perf_counter() - t_step
                 update = train_on_batch(fleet, batch, cfg)
                 version = update["version"]
                 t_sync = time.perf_counter()
-                engine_versions, time_export_s = sync_weights(fleet, version, cfg)
+                engine_versions, time_export_s = sync_weights(fleet, version)
                 time_weight_sync_s = time.perf_counter() - t_sync
-                call(fleet.collector.set_version.remote(version), "collector", cfg.deadlines.collector_call_s)
-                # raises if the identity breaks
-                accounting = call(fleet.collector.accounting.remote(), "collector", cfg.deadlines.collector_call_s)
+                fleet.collector.set_version(version)
+                accounting = fleet.collector.accounting()  # raises if the identity breaks
                 restarts = supervisor.restarts(fleet.engine_set.restarts, fleet.episode_replacements)
                 metrics = step_metrics(step, version, time.perf_counter() - t_step, batch, update, accounting,
                                        fleet.engine_set, time_rollout_wait_s=time_rollout_wait_s,
@@ -153,20 +149,19 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                 print(status_line(metrics, cfg.trainer.total_steps), flush=True)  # the log's; the console's:
                 bar.update(step, progress_figure(metrics))
                 supervisor.healed()
+                watchdog.step_done(time.monotonic())
                 if cadence.due(step, cfg.trainer.total_steps, time.perf_counter()):
-                    with guard():
-                        cost_s = save_run_checkpoint(fleet, run_dir.checkpoints, step, cfg.deadlines.checkpoint_s)
+                    cost_s = save_run_checkpoint(fleet, run_dir.checkpoints, step)
                     cadence.saved(time.perf_counter(), cost_s)
                     print(f"[swerve] checkpoint at step {step} saved in {cost_s:.2f}s "
                           f"({cadence.checkpoint_overhead_fraction(time.perf_counter()):.1%} of wall time so far)",
                           flush=True)
                     write_plots(run_dir.rows(), run_dir.path)
             bar.finish()
-            with guard():
-                # The trained policy as an HF directory: what `swerve eval` and the engines load.
-                ray.get([t.export_hf.remote(str(run_dir.path / "policy")) for t in fleet.trainers])
-                results = shutdown(fleet, grace_s=cfg.rollout.shutdown_grace_s)
-                accounting = ray.get(fleet.collector.accounting.remote())
+            # The trained policy as an HF directory: what `swerve eval` and the engines load.
+            fleet.trainers.export_hf(str(run_dir.path / "policy"))
+            results = shutdown(fleet, grace_s=cfg.rollout.shutdown_grace_s)
+            accounting = fleet.collector.accounting()
             faults = fault_report(results, engine_kills.injected, fleet.engine_set.restarts)
             run_dir.write_accounting({**accounting, "episode_actors": results, "faults": faults,
                                       "restarts": supervisor.restarts(fleet.engine_set.restarts,

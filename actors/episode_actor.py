@@ -55,18 +55,28 @@ class EpisodeActor:
 
     def run(self) -> dict:
         """Work until the collector says stop; returns how many episodes ran."""
-        work = self.collector.acquire(self.name)
+        work = self._ask(self.collector.acquire, self.name)
         while work != STOP:
             if work is None:
                 time.sleep(self.cfg.poll_interval_s)
-                work = self.collector.acquire(self.name)
+                work = self._ask(self.collector.acquire, self.name)
             else:
-                work = self.collector.exchange(self.run_episode(work), self.name)
+                work = self._ask(self.collector.exchange, self.run_episode(work), self.name)
         self.env.close()
         if self.harness is not None:
             self.harness[1].close()
         # Fault counts only when faults.* injected any: a run without faults reports what it always did.
         return {"actor": self.name, "episodes": self.episodes, **({"faults": self.faults} if self.faults else {})}
+
+    def _ask(self, call, *args):
+        """A call to the work source; when it fails (dead or silent past its deadline: the driver
+        rolls the run back and ends this actor), the loop asks again for work, never re-sending a
+        trajectory that may already have landed."""
+        try:
+            return call(*args)
+        except InfraError as err:
+            log.warning("%s: %s; asking again", self.name, err)
+            return None
 
     def _faults_injected(self) -> Counter:
         return Counter(self.fault_plan.injected) if self.fault_plan else Counter()

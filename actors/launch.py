@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import ray
@@ -10,6 +10,7 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from policies.checkpoint import PAUSE_ENV
+from policies.seeds import derive_seed
 from actors.engine_router import EngineRouter
 from actors.faults import FaultPlan
 from actors.gateway import GatewaySpec
@@ -17,7 +18,8 @@ from actors.engine_set import EngineSet
 from actors.placement import Placement
 from actors.placement_plan import build_plan
 from actors.report import console
-from actors.remote import NamedEngines, Proxy, RemoteCollector, RemoteEpisode, SandboxLease, engine_call, remote_trainer
+from actors.remote import NamedEngines, RemoteCollector, RemoteEpisode, SandboxLease, engine_call, remote_trainer
+from actors.roles import CollectorRole, TrainerGroup, WorkSource
 from configs import Config
 from configs.schema import RolloutConfig
 from envs.make import env_sandbox
@@ -63,8 +65,8 @@ class Fleet:
     """Every actor of a run (training, evaluation or a benchmark), built by the functions below.
     `collector` is the work source: the SampleCollector in training, the EvalQueue in eval."""
     engine_set: EngineSet
-    trainers: list
-    collector: object
+    trainers: TrainerGroup
+    collector: CollectorRole
     episodes: list
     episode_runs: list
     namespace: str = ""
@@ -73,8 +75,6 @@ class Fleet:
     seed: int = 0
     tokenizer_path: str = ""
     episode_replacements: int = 0
-    # (data-parallel rank, size) of each trainer shard, read once at launch.
-    trainer_layout: list = field(default_factory=list)
 
     @property
     def engines(self) -> list:
@@ -82,7 +82,7 @@ class Fleet:
 
     def all_actors(self) -> list:
         # Sandbox actors belong to their episode actors and end with them.
-        return [*self.episodes, self.collector, *self.engines, *self.trainers]
+        return [*self.episodes, self.collector.actor, *self.engines, *self.trainers.actors]
 
 
 def _opts(namespace_: str, name: str, where: Optional[dict] = None) -> dict:
@@ -105,39 +105,34 @@ def launch(cfg: Config, model_path: str, tasks: Union[list, TaskStream], with_tr
     engine_set = _engines(cfg, model_path, ns, "train")
     world = cfg.trainer.num_shards if with_trainers else 0
     where = engine_set.placement
-    trainers = [remote_trainer().options(**_opts(ns, f"trainer-{r}", where.options("trainer", r))).remote(
-        r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)]
-    layout = []
-    if trainers:
-        addr, port = ray.get(trainers[0].rendezvous_address.remote())
-        ray.get([t.join.remote(addr, port) for t in trainers])
-        layout = ray.get([t.dp_rank_and_size.remote() for t in trainers])
+    trainers = TrainerGroup([remote_trainer().options(**_opts(ns, f"trainer-{r}", where.options("trainer", r))).remote(
+        r, world, cfg.trainer, model_path, cfg.run.seed) for r in range(world)], cfg.deadlines)
+    trainers.join()
     # The books live on the driver's node: losing that node is losing the driver, which the
     # checkpoint/resume path covers; any other node may go (its actors are replaced).
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     collector = RemoteCollector.options(**_opts(ns, "collector"), scheduling_strategy=here).remote(
         cfg.rollout, tasks, [t.id for t in tasks] if isinstance(tasks, list) else [], cfg.run.seed)
-    return Fleet(engine_set, trainers, collector, [], [], namespace=ns, rollout=cfg.rollout, seed=cfg.run.seed,
-                 trainer_layout=layout)
+    return Fleet(engine_set, trainers, CollectorRole(collector, cfg.deadlines), [], [], namespace=ns,
+                 rollout=cfg.rollout, seed=cfg.run.seed)
 
 
 def launch_eval(cfg: Config, model_path: str, ns: str, queue, rollout: RolloutConfig) -> Fleet:
     """The evaluation's fleet: engines and the eval queue as the work source; no trainers."""
     engine_set = _engines(cfg, model_path, ns, "eval")
-    return Fleet(engine_set, [], queue, [], [], namespace=ns, rollout=rollout, episode_prefix="eval-episode",
-                 seed=cfg.eval.seed)
+    return Fleet(engine_set, TrainerGroup([], cfg.deadlines), CollectorRole(queue, cfg.deadlines), [], [],
+                 namespace=ns, rollout=rollout, episode_prefix="eval-episode", seed=cfg.eval.seed)
 
 
 def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
-    seed = fleet.seed + generation * 1_000_003
     label = f"{i}-g{generation}" if generation else str(i)
-    faults = FaultPlan.for_episode(cfg.faults, seed * 7919 + i)
+    faults = FaultPlan.for_episode(cfg.faults, derive_seed(fleet.seed, generation, i))
     sandbox = env_sandbox(cfg.env, cfg.sandbox)
     return RemoteEpisode.options(**_opts(fleet.namespace, f"{fleet.episode_prefix}-{label}")).remote(
         i, fleet.rollout, cfg.env, sandbox, fleet.tokenizer_path,
         EngineRouter(fleet.engines, engine_call, lookup=NamedEngines(fleet.namespace),
                      generate_timeout_s=cfg.deadlines.generate_s),
-        Proxy(fleet.collector),
+        WorkSource(fleet.collector.actor, cfg.deadlines.collector_call_s),
         SandboxLease(i, sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label,
                      margin_s=cfg.deadlines.sandbox_margin_s),
         faults, GatewaySpec.from_config(cfg))
@@ -152,7 +147,7 @@ def start_episodes(fleet: Fleet, cfg: Config, tokenizer_path: str, count: Option
 
 def _abandon(fleet: Fleet, i: int, reason: str) -> int:
     """Episode actor i died: what it held ends as infra_error(env). Returns how many items."""
-    return ray.get(fleet.collector.abandon.remote(f"episode-{i}", InfraSource.ENV.value, reason))
+    return fleet.collector.abandon(f"episode-{i}", InfraSource.ENV.value, reason)
 
 
 def replace_episode(fleet: Fleet, cfg: Config, i: int, reason: str) -> int:
@@ -188,7 +183,7 @@ def shutdown(fleet: Fleet, grace_s: float) -> list:
     """Stop admitting, let running episodes finish (bounded), then end every actor we started.
     An episode actor that died after the last batch (its process or node) is not replaced: what
     it held ends as infra_error(env), as during the run, so nothing admitted stays in flight."""
-    ray.get(fleet.collector.stop.remote())
+    fleet.collector.stop()
     done, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=grace_s)
     results = []
     for ref in done:
@@ -199,7 +194,7 @@ def shutdown(fleet: Fleet, grace_s: float) -> list:
             held = _abandon(fleet, i, str(err))
             print(f"[swerve] episode-{i} died at the end of the run ({str(err).splitlines()[0][:120]}); "
                   f"{held} items ended as infra errors", flush=True)
-    ray.get([t.close.remote() for t in fleet.trainers])
+    fleet.trainers.close()
     return results
 
 

@@ -1,8 +1,8 @@
 """The one place where plain actor classes become Ray actors and Ray calls are made.
 
-Inside an episode, Ray actors are used through `Proxy` objects that look like the plain
-class, so EpisodeActor and the env never import Ray; a dead actor becomes an InfraError
-with the right source. Nothing here imports torch at import time (see remote_trainer).
+Inside an episode, Ray actors are used through handles that look like the plain class
+(SandboxLease here, actors/roles.py WorkSource, the engine router), so EpisodeActor and the env
+never import Ray; a dead actor becomes an InfraError with the right source. Nothing here imports torch at import time (see remote_trainer).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from actors.sandbox_actor import SandboxActor
 from policies.server.process import SERVER_COMMANDS
 from policies.sim_engine import SimEngine
 from configs.schema import DeadlinesConfig, EngineConfig, SandboxConfig
+from configs.schema.engine import check_backend_registry
 from envs.outcomes import InfraError, InfraSource
 from envs.sandbox import ExecResult
 
@@ -33,6 +34,7 @@ RemoteEngine = ray.remote(max_concurrency=256)(EngineActor)
 RemoteSimEngine = ray.remote(max_concurrency=256)(SimEngine)
 # A backend with a server (policies/server/process.py SERVER_COMMANDS) runs it from an EngineActor.
 REMOTE_ENGINES = {**dict.fromkeys(SERVER_COMMANDS, RemoteEngine), "sim": RemoteSimEngine}
+check_backend_registry(REMOTE_ENGINES, "actors/remote.py REMOTE_ENGINES")
 RemoteEpisode = ray.remote(EpisodeActor)
 RemoteCollector = ray.remote(SampleCollector)
 RemoteSandbox = ray.remote(SandboxActor)
@@ -97,26 +99,6 @@ class NamedEngines:
             return ray.get_actor(engine_name(index), namespace=self.namespace)
         except ValueError:
             return None
-
-
-class Proxy:
-    """Makes a Ray actor handle usable as the plain object it wraps."""
-
-    def __init__(self, handle, source: Optional[InfraSource] = None):
-        self._handle = handle
-        self._source = source
-
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-
-        def method(*args):
-            return ray_call(self._handle, name, *args, source=self._source)
-
-        return method
-
-    def __reduce__(self):
-        return (Proxy, (self._handle, self._source))
 
 
 class SandboxLease:

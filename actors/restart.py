@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import ray
-
 from configs.schema import TrainerConfig
 from policies.checkpoint import resolve
 from actors.launch import Fleet
@@ -60,22 +58,20 @@ class CheckpointCadence:
                 "checkpoint_overhead_fraction": self.checkpoint_overhead_fraction(now_s)}
 
 
-def save_run_checkpoint(fleet: Fleet, root: Path, step: int, timeout_s: float) -> float:
+def save_run_checkpoint(fleet: Fleet, root: Path, step: int) -> float:
     """Every shard saves (collective); returns the seconds it took."""
     started = time.perf_counter()
-    snapshot = ray.get(fleet.collector.snapshot.remote(), timeout=timeout_s)
-    ray.get([t.save_checkpoint.remote(str(root), step, {"collector": snapshot}) for t in fleet.trainers],
-            timeout=timeout_s)
+    fleet.trainers.save_checkpoint(str(root), step, {"collector": fleet.collector.snapshot()})
     return time.perf_counter() - started
 
 
-def resume_run(fleet: Fleet, root: Path, timeout_s: float) -> tuple[int, int, int]:
+def resume_run(fleet: Fleet, root: Path) -> tuple[int, int, int]:
     """Restore trainers and collector from the newest valid checkpoint: (step, version,
     re-admitted work). The checkpoint is chosen here, once (newer corrupt or half-written ones
     are skipped with a warning), and every shard loads that directory, so no two ranks can
     fall back differently. Raises naming the fix (start without --resume) when there is none."""
     path = resolve(str(root))
-    infos = ray.get([t.load_checkpoint.remote(path) for t in fleet.trainers], timeout=timeout_s)
+    infos = fleet.trainers.load_checkpoint(path)
     step, version = infos[0]["step"], infos[0]["version"]
-    readmitted = ray.get(fleet.collector.restore.remote(infos[0]["extra"]["collector"]), timeout=timeout_s)
+    readmitted = fleet.collector.restore(infos[0]["extra"]["collector"])
     return step, version, readmitted

@@ -3,21 +3,17 @@
 Engines, episode actors and sandboxes are replaced where they die (EngineSet, launch.reap_episodes,
 SandboxLease), without stopping the run. The collector and the trainer shards hold the run's
 state (the books, the weights and optimizer): when one of them dies or misses its deadline
-(configs `deadlines.*`), the driver ends the fleet, builds a new one under the same names and
-rolls back to the newest complete checkpoint (or to the start when there is none yet), so the
+(configs `deadlines.*`; its handle in actors/roles.py raises RoleFailure naming it), the driver
+ends the fleet, builds a new one under the same names and rolls back to the newest complete checkpoint (or to the start when there is none yet), so the
 books and the weights agree again and the version count continues from the checkpoint's. The
 work done since that checkpoint is redone: at most trainer.checkpoint_every_s of it.
 Rollbacks are bounded (run.max_restarts per role, run.max_restarts_total in all).
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import Counter
-from typing import Optional, Sequence
-
-import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from typing import Optional
 
 from actors.report import console
 from configs.schema import RunConfig
@@ -33,42 +29,6 @@ class RoleFailure(Exception):
 
 class RunAborted(RuntimeError):
     """Past the restart bounds: a human is needed (the message says what to run)."""
-
-
-def call(refs, role: str, timeout_s: float, roles: Optional[Sequence[str]] = None):
-    """ray.get with a deadline; a death or a missed deadline becomes a RoleFailure naming the role
-    (with a list of refs, `roles` names each one's role)."""
-    many = isinstance(refs, list)
-    items = refs if many else [refs]
-    names = list(roles) if roles else [role] * len(items)
-    deadline = time.monotonic() + timeout_s
-    results = []
-    for ref, name in zip(items, names):
-        try:
-            results.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
-        except RayActorError as err:
-            raise RoleFailure(name, f"died ({str(err).splitlines()[0][:200]})") from err
-        except GetTimeoutError as err:
-            raise RoleFailure(name, f"did not answer within {timeout_s:.0f} s (hung; deadlines.* in the config)") from err
-    return results if many else results[0]
-
-
-# Which role an actor error is about, by the class Ray names in it.
-_ROLE_OF_CLASS = {"SampleCollector": "collector", "TrainerShard": "trainer", "EvalQueue": "collector"}
-
-
-@contextlib.contextmanager
-def guard(default_role: str = "trainer"):
-    """Around calls into several stateful roles at once (checkpoint save/load, the final export):
-    a death becomes a RoleFailure of the role Ray's error names."""
-    try:
-        yield
-    except RayActorError as err:
-        text = str(err)
-        role = next((r for cls, r in _ROLE_OF_CLASS.items() if cls in text), default_role)
-        raise RoleFailure(role, f"died ({text.splitlines()[0][:200]})") from err
-    except GetTimeoutError as err:
-        raise RoleFailure(default_role, f"did not answer in time ({err})") from err
 
 
 def role_kind(role: str) -> str:

@@ -44,7 +44,7 @@ def main(run_dir: str, cache: str) -> None:
     fleet = launch(cfg, model_path, tasks)
     try:
         engines = [_seen(e) for e in fleet.engines]
-        trainers = [_seen(t) for t in fleet.trainers]
+        trainers = [_seen(t) for t in fleet.trainers.actors]
     finally:
         kill(fleet)
     too_big = load_config(SMOKE_CONFIG, [*base, *SHAPE, "engine.num_engines=4"])  # 12 GPUs > 8

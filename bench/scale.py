@@ -83,7 +83,7 @@ def run_level(cfg: Config, model_path: str, tokenizer_path: str, tasks: list) ->
     try:
         start_episodes(fleet, cfg, tokenizer_path)
         while time.perf_counter() - started < LEVEL_TIMEOUT_S:
-            in_flight = ray.get(fleet.collector.accounting.remote())["in_flight"]
+            in_flight = fleet.collector.accounting()["in_flight"]
             peak, lowest = max(peak, in_flight), min(lowest, available_mb())
             if lowest < MEMORY_FLOOR_MB:
                 outcome = "ended: the machine ran short of memory"
@@ -94,7 +94,7 @@ def run_level(cfg: Config, model_path: str, tokenizer_path: str, tasks: list) ->
                 break
             time.sleep(0.5)
     finally:
-        ray.get(fleet.collector.stop.remote())
+        fleet.collector.stop()
         kill(fleet)
         _wait_for_memory_back(before)
     return {"episodes": n, "peak_in_flight": peak, "memory_used_mb": before - lowest, "outcome": outcome,

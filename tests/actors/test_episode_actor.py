@@ -85,3 +85,25 @@ def test_run_loop_works_until_stop(model_path, tokenizer_path, task):
     assert actor.run() == {"actor": "episode-0", "episodes": 2}
     batch = collector.next_batch(1.0)
     assert len(batch.samples) == 2 and collector.accounting()["trained"] == 2
+
+
+class FlakySource:
+    """A work source that fails as a dead one would (infra_error) once, then says stop."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def acquire(self, worker):
+        from envs.outcomes import InfraError, InfraSource
+
+        self.calls += 1
+        if self.calls == 1:
+            raise InfraError(InfraSource.ENV, "the work source's acquire failed: GetTimeoutError")
+        return "stop"
+
+
+def test_a_failing_work_source_makes_the_loop_ask_again_not_crash(model_path, tokenizer_path):
+    source = FlakySource()
+    actor = make_actor(model_path, tokenizer_path, LocalSandbox(SandboxConfig()), collector=source,
+                       poll_interval_s=0.01)
+    assert actor.run()["episodes"] == 0 and source.calls == 2

@@ -5,7 +5,8 @@ import ray
 
 from actors.launch import Fleet, shutdown
 from actors.remote import RemoteCollector
-from configs.schema import RolloutConfig
+from actors.roles import CollectorRole, TrainerGroup
+from configs.schema import DeadlinesConfig, RolloutConfig
 
 
 @ray.remote(num_cpus=0)
@@ -32,7 +33,8 @@ def test_shutdown_ends_a_dead_episode_actors_work_as_infra_errors(ray_session):
     collector = RemoteCollector.options(num_cpus=0).remote(RolloutConfig(group_size=2, groups_per_batch=1),
                                                            tasks, tasks, 0)
     episodes = [TakesWorkThenDies.remote(collector), Finishes.remote()]
-    fleet = Fleet(engine_set=None, trainers=[], collector=collector, episodes=episodes,
+    fleet = Fleet(engine_set=None, trainers=TrainerGroup([], DeadlinesConfig()),
+                  collector=CollectorRole(collector, DeadlinesConfig()), episodes=episodes,
                   episode_runs=[e.run.remote() for e in episodes])
     ray.wait(fleet.episode_runs[:1])  # the first one has died holding its item
     assert ray.get(collector.accounting.remote())["in_flight"] == 1

@@ -1,0 +1,145 @@
+"""The handles through which one role calls another. Each owns its Ray calls, the deadline of each
+(configs/schema/run.py DeadlinesConfig, the one home of every deadline) and the failure it raises:
+a role that dies or misses a deadline is named in that failure, never guessed from Ray's text.
+
+    CollectorRole  the driver's handle on the work source (SampleCollector, or eval's EvalQueue)
+    TrainerGroup   the driver's handle on the trainer shards, as one group
+    WorkSource     an episode actor's client of the work source (acquire, exchange)
+
+The driver's side raises RoleFailure (actors/supervisor.py rolls the run back); the episode's side
+raises InfraError (the episode is not scored, and the episode loop decides what to do).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Sequence
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from actors.supervisor import RoleFailure
+from configs.schema import DeadlinesConfig
+from envs.outcomes import InfraError, InfraSource
+
+
+def wait(refs, roles: Sequence[str], timeout_s: float) -> list:
+    """Every ref's value within one deadline; a death or a missed deadline is a RoleFailure naming
+    the role of the ref that failed."""
+    deadline = time.monotonic() + timeout_s
+    results = []
+    for ref, role in zip(refs, roles):
+        try:
+            results.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+        except RayActorError as err:
+            raise RoleFailure(role, f"died ({str(err).splitlines()[0][:200]})") from err
+        except GetTimeoutError as err:
+            raise RoleFailure(role, f"did not answer within {timeout_s:.0f} s (hung; deadlines.* in the config)") from err
+    return results
+
+
+class CollectorRole:
+    """The books: batches, accounting, the version, checkpoints of its state. One actor, named
+    "collector" in every failure (EvalQueue plays the part in eval)."""
+    role = "collector"
+
+    def __init__(self, actor, deadlines: DeadlinesConfig):
+        self.actor = actor
+        self.deadlines = deadlines
+
+    def _call(self, method: str, *args, timeout_s: Optional[float] = None):
+        ref = getattr(self.actor, method).remote(*args)
+        return wait([ref], [self.role], timeout_s or self.deadlines.collector_call_s)[0]
+
+    def next_batch(self, temperature: float):
+        return self._call("next_batch", temperature)
+
+    def accounting(self) -> dict:
+        return self._call("accounting")
+
+    def set_version(self, version: int) -> None:
+        self._call("set_version", version)
+
+    def abandon(self, holder: str, source: str, reason: str) -> int:
+        return self._call("abandon", holder, source, reason)
+
+    def stop(self) -> None:
+        self._call("stop")
+
+    def snapshot(self) -> dict:
+        return self._call("snapshot", timeout_s=self.deadlines.checkpoint_s)
+
+    def restore(self, state: dict) -> int:
+        return self._call("restore", state, timeout_s=self.deadlines.checkpoint_s)
+
+
+class TrainerGroup:
+    """The trainer shards as one group: every call goes to all of them and waits for all, under one
+    deadline; a failure names the shard (trainer-<rank>)."""
+
+    def __init__(self, actors: list, deadlines: DeadlinesConfig):
+        self.actors = actors
+        self.deadlines = deadlines
+        self.roles = [f"trainer-{rank}" for rank in range(len(actors))]
+        # (data-parallel rank, size) of each shard, read once the group has joined.
+        self.layout: list = []
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def _all(self, refs: list, timeout_s: float) -> list:
+        return wait(refs, self.roles, timeout_s)
+
+    def join(self) -> None:
+        """One process group: shard 0 names the rendezvous, every shard joins it."""
+        if not self.actors:
+            return
+        setup_s = self.deadlines.placement_s
+        address, port = wait([self.actors[0].rendezvous_address.remote()], self.roles[:1], setup_s)[0]
+        self._all([t.join.remote(address, port) for t in self.actors], setup_s)
+        self.layout = self._all([t.dp_rank_and_size.remote() for t in self.actors], setup_s)
+
+    def train(self, samples: list, temperature: float, tokens: Any, rows: Any) -> list:
+        """One update; tensor-parallel peers share a data-parallel rank and so get the same samples."""
+        return self._all([t.train_step.remote(samples[rank::size], temperature, tokens, rows)
+                          for t, (rank, size) in zip(self.actors, self.layout)], self.deadlines.train_step_s)
+
+    def export_weights(self) -> tuple[Any, dict]:
+        """(rank 0's state_dict as a Ray reference, rank 0's export metadata); every rank exports
+        (a collective on sharded backends) and the driver never fetches the weights themselves."""
+        exports = [t.export_weights.options(num_returns=2).remote() for t in self.actors]
+        metas = self._all([meta for meta, _ in exports], self.deadlines.weight_sync_s)
+        return exports[0][1], metas[0]
+
+    def save_checkpoint(self, root: str, step: int, extra: dict) -> None:
+        self._all([t.save_checkpoint.remote(root, step, extra) for t in self.actors], self.deadlines.checkpoint_s)
+
+    def load_checkpoint(self, path: str) -> list:
+        return self._all([t.load_checkpoint.remote(path) for t in self.actors], self.deadlines.checkpoint_s)
+
+    def export_hf(self, path: str) -> None:
+        self._all([t.export_hf.remote(path) for t in self.actors], self.deadlines.checkpoint_s)
+
+    def close(self) -> None:
+        self._all([t.close.remote() for t in self.actors], self.deadlines.checkpoint_s)
+
+
+class WorkSource:
+    """An episode actor's client of the work source: its calls wait at most
+    deadlines.collector_call_s, and a dead or silent source is infra_error(env) for the episode."""
+
+    def __init__(self, actor, timeout_s: float):
+        self.actor = actor
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, *args):
+        try:
+            return ray.get(getattr(self.actor, method).remote(*args), timeout=self.timeout_s)
+        except (RayActorError, GetTimeoutError) as err:
+            raise InfraError(InfraSource.ENV, f"the work source's {method} failed: {type(err).__name__}: "
+                                              f"{str(err).splitlines()[0][:200]}") from err
+
+    def acquire(self, name: str):
+        return self._call("acquire", name)
+
+    def exchange(self, trajectory, name: str):
+        return self._call("exchange", trajectory, name)

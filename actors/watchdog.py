@@ -1,0 +1,47 @@
+"""The run-level watchdog: every call between roles has a deadline, but a hang that no single call
+sees (an engine that takes requests and never answers while its health probe still passes, an
+episode loop stuck outside any call) would otherwise stall a run in silence.
+
+Progress is a trajectory finishing (the collector's `admitted - in_flight` grows) or a step
+completing. When neither happens for deadlines.progress_s while work is in flight, the driver
+dumps who is waiting on what to the log and heals as for a dead role: a rollback to the newest
+checkpoint (actors/supervisor.py), bounded like every other.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class Watchdog:
+    def __init__(self, progress_s: float, now_s: float):
+        self.progress_s = progress_s
+        self._finished: Optional[int] = None
+        self._since_s = now_s
+
+    def step_done(self, now_s: float) -> None:
+        self._since_s = now_s
+
+    def stalled_s(self, accounting: dict, now_s: float) -> Optional[float]:
+        """Seconds without progress once they reach progress_s, else None. Idle is no stall:
+        with nothing in flight there is nothing to wait for."""
+        finished = accounting["admitted"] - accounting["in_flight"]
+        if finished != self._finished or accounting["in_flight"] == 0:
+            self._finished, self._since_s = finished, now_s
+            return None
+        stalled_s = now_s - self._since_s
+        return stalled_s if stalled_s >= self.progress_s else None
+
+
+def stall_dump(accounting: dict, engines: list[dict], episode_actors: int, stalled_s: float) -> str:
+    """Who waits on what, for the log: the driver on the collector's next batch, the collector's
+    in-flight work on the episode actors, the episodes on the engines' queues."""
+    lines = [f"run stalled: no trajectory finished and no step completed for {stalled_s:.0f} s "
+             f"(deadlines.progress_s); rolling back to the newest checkpoint",
+             f"  driver: waiting on collector.next_batch (version {accounting.get('version')})",
+             f"  collector: in_flight={accounting['in_flight']} buffered={accounting['buffered']} "
+             f"admitted={accounting['admitted']} groups_admitted={accounting.get('groups_admitted')}",
+             f"  episode actors: {episode_actors} playing"]
+    for engine in engines:
+        lines.append("  engine: " + " ".join(f"{key}={value}" for key, value in sorted(engine.items())
+                                             if not isinstance(value, (dict, list))))
+    return "\n".join(lines)

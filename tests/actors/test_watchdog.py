@@ -1,0 +1,29 @@
+from actors.watchdog import Watchdog, stall_dump
+
+
+def books(admitted, in_flight, buffered=0):
+    return {"admitted": admitted, "in_flight": in_flight, "buffered": buffered, "version": 3, "groups_admitted": 2}
+
+
+def test_a_run_with_work_in_flight_and_nothing_finishing_is_stalled_after_progress_s():
+    dog = Watchdog(progress_s=60.0, now_s=0.0)
+    assert dog.stalled_s(books(8, 8), 0.0) is None
+    assert dog.stalled_s(books(8, 8), 59.0) is None
+    assert dog.stalled_s(books(8, 8), 61.0) == 61.0
+
+
+def test_a_finished_trajectory_or_a_step_resets_the_clock_and_idle_is_no_stall():
+    dog = Watchdog(progress_s=60.0, now_s=0.0)
+    dog.stalled_s(books(8, 8), 0.0)
+    assert dog.stalled_s(books(9, 8), 50.0) is None  # one finished (admitted - in_flight grew)
+    assert dog.stalled_s(books(9, 8), 100.0) is None  # 50 s since that
+    assert dog.stalled_s(books(9, 8), 111.0) == 61.0
+    dog.step_done(111.0)
+    assert dog.stalled_s(books(9, 8), 150.0) is None
+    assert dog.stalled_s(books(9, 0), 500.0) is None  # nothing in flight: nothing to wait for
+
+
+def test_the_dump_says_who_waits_on_what():
+    text = stall_dump(books(8, 8, 1), [{"index": 0, "running": 4, "queued": 12, "history": [1]}], 4, 3600.0)
+    assert "3600 s" in text and "collector.next_batch" in text and "in_flight=8" in text
+    assert "engine: index=0 queued=12 running=4" in text and "history" not in text
