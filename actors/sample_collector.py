@@ -94,8 +94,11 @@ class SampleCollector(WorkSource):
         return (staleness + self.version + 1) * self.cfg.groups_per_batch
 
     def _groups_counted(self) -> int:
-        """Groups that hold admission capacity: filtered ones gave theirs back."""
-        return self.groups_admitted - self.groups_filtered
+        """Groups that hold admission capacity: filtered ones gave theirs back, and so did dead ones
+        (their task was quarantined: they will never fill a batch, and holding their capacity would
+        stall admission for good once enough tasks are quarantined)."""
+        dead = sum(group.dead for group in self._groups.values())
+        return self.groups_admitted - self.groups_filtered - dead
 
     def _next_task_index(self) -> Optional[int]:
         quarantined = {self.table.index_of(t) for t in self.quarantined_tasks if self.table.has(t)}

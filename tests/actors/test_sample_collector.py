@@ -136,6 +136,15 @@ def test_task_quarantined_after_repeated_infra_errors():
     assert acc["quarantined"] == 1 and acc["infra_excluded"] == 1
 
 
+def test_a_dead_group_gives_its_admission_capacity_back():
+    c = make(retries=0, groups_per_batch=1, max_staleness=0)  # capacity: one group
+    items = drain(c)
+    assert len(items) == 2 and c.acquire() is None
+    c.submit(finish(items[0], outcome="infra_error", infra_source="sandbox"))  # its task is quarantined
+    fresh = drain(c)  # before the fix: capacity stayed spent and no batch could ever come
+    assert len(fresh) == 2 and {item.task_id for item in fresh} != {items[0].task_id}
+
+
 def test_stop_returns_stop():
     c = make()
     c.stop()
