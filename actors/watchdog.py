@@ -3,7 +3,7 @@ sees (an engine that takes requests and never answers while its health probe sti
 episode loop stuck outside any call) would otherwise stall a run in silence.
 
 Progress is a trajectory finishing (the collector's `admitted - in_flight` grows) or a step
-completing. When neither happens for deadlines.progress_s while work is in flight, the driver
+completing. When neither happens for deadlines.progress_s while the driver waits for a batch, it
 dumps who is waiting on what to the log and heals as for a dead role: a rollback to the newest
 checkpoint (actors/supervisor.py), bounded like every other.
 """
@@ -22,10 +22,11 @@ class Watchdog:
         self._since_s = now_s
 
     def stalled_s(self, accounting: dict, now_s: float) -> Optional[float]:
-        """Seconds without progress once they reach progress_s, else None. Idle is no stall:
-        with nothing in flight there is nothing to wait for."""
+        """Seconds without progress once they reach progress_s, else None. Nothing in flight is
+        no excuse: the driver is waiting for a batch, and with no work out none can come (tasks
+        all quarantined end the run earlier, by name)."""
         finished = accounting["admitted"] - accounting["in_flight"]
-        if finished != self._finished or accounting["in_flight"] == 0:
+        if finished != self._finished:
             self._finished, self._since_s = finished, now_s
             return None
         stalled_s = now_s - self._since_s

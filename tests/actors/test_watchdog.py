@@ -12,7 +12,7 @@ def test_a_run_with_work_in_flight_and_nothing_finishing_is_stalled_after_progre
     assert dog.stalled_s(books(8, 8), 61.0) == 61.0
 
 
-def test_a_finished_trajectory_or_a_step_resets_the_clock_and_idle_is_no_stall():
+def test_a_finished_trajectory_or_a_step_resets_the_clock():
     dog = Watchdog(progress_s=60.0, now_s=0.0)
     dog.stalled_s(books(8, 8), 0.0)
     assert dog.stalled_s(books(9, 8), 50.0) is None  # one finished (admitted - in_flight grew)
@@ -20,7 +20,9 @@ def test_a_finished_trajectory_or_a_step_resets_the_clock_and_idle_is_no_stall()
     assert dog.stalled_s(books(9, 8), 111.0) == 61.0
     dog.step_done(111.0)
     assert dog.stalled_s(books(9, 8), 150.0) is None
-    assert dog.stalled_s(books(9, 0), 500.0) is None  # nothing in flight: nothing to wait for
+    # Nothing in flight and no batch coming (admission stuck) is a stall too.
+    assert dog.stalled_s(books(17, 8), 160.0) is None
+    assert dog.stalled_s(books(17, 8), 230.0) == 70.0
 
 
 def test_the_dump_says_who_waits_on_what():
