@@ -50,6 +50,8 @@ _LIVE_LOCK = threading.Lock()
 # One build per image tag at a time in this process (concurrent leases of one Harbor task).
 _BUILD_LOCKS: dict[str, threading.Lock] = {}
 _BUILD_TIMEOUT_S = 1800.0
+# An image's WORKDIR by tag, read once per process (workdir_for): not a CLI call per lease start.
+_IMAGE_WORKDIRS: dict[str, str] = {}
 _swept = False
 
 
@@ -219,8 +221,10 @@ class DockerSandbox:
         if self.config.container_workdir or task.workdir:
             return self.config.container_workdir or task.workdir
         if task.image:
-            found = self._cli([self._docker, "image", "inspect", "-f", "{{.Config.WorkingDir}}", image],
-                              f"read the WORKDIR of {image!r}").strip()
+            if image not in _IMAGE_WORKDIRS:  # once per image and process: every lease start needs it
+                _IMAGE_WORKDIRS[image] = self._cli([self._docker, "image", "inspect", "-f", "{{.Config.WorkingDir}}",
+                                                    image], f"read the WORKDIR of {image!r}").strip()
+            found = _IMAGE_WORKDIRS[image]
             if found.startswith("/") and found.rstrip("/"):
                 return found.rstrip("/")
         return DEFAULT_WORKDIR
