@@ -16,14 +16,17 @@ Call order (the driver's, over Ray):
 Without `join` (tests, world size 1) the trainer is built on first use; a backend that needs a
 process group even then (megatron) makes a one-rank group of its own.
 
-Rendezvous the way Ray Train does it: rank 0 picks the address and port, every rank gets
-RANK / WORLD_SIZE / LOCAL_RANK and joins.
+Rendezvous the way Ray Train does it, without its port race: rank 0 opens the group's store
+itself (on `trainer.master_port`, or a port the OS picks while binding it, so nothing can take it
+between choosing and listening) and holds it; every rank gets RANK / WORLD_SIZE / LOCAL_RANK and
+joins through that store.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from datetime import timedelta
 from typing import Optional
 
 import torch
@@ -33,10 +36,13 @@ from configs.schema import TrainerConfig
 from policies.device import role_device
 from policies.hf_dir import write_hf_dir
 from policies.sample_types import TrainSample
-from policies.server.process import free_port
 from policies.server.protocol import WEIGHT_UPDATE_GROUP
 from policies.trainer import Trainer
 from policies.trainer_backend import backend_class
+
+# How long a rank waits for the others at the rendezvous; the driver's TrainerGroup.join holds
+# its own, shorter deadline (deadlines.setup_s) over the whole join.
+_STORE_TIMEOUT = timedelta(minutes=30)
 
 
 class TrainerShard:
@@ -48,11 +54,16 @@ class TrainerShard:
         self.trainer: Optional[Trainer] = None
         self.time_export_s = 0.0
         self._weight_group: Optional[dist.ProcessGroup] = None
+        self._store: Optional[dist.TCPStore] = None  # rank 0: the rendezvous store it listens on
 
     # -- set-up ------------------------------------------------------------------------
     def rendezvous_address(self) -> tuple[str, int]:
-        """Called on rank 0 only."""
-        return self.cfg.master_addr, self.cfg.master_port or free_port(self.cfg.master_addr)
+        """Called on rank 0 only: listen for the group's store now (port 0: the OS picks one as it
+        binds), so the port handed out is already ours, never merely free a moment ago."""
+        if self._store is None:
+            self._store = dist.TCPStore(self.cfg.master_addr, self.cfg.master_port, self.world_size, is_master=True,
+                                        timeout=_STORE_TIMEOUT, wait_for_workers=False)
+        return self.cfg.master_addr, self._store.port
 
     def join(self, master_addr: str, master_port: int) -> None:
         """Join the training process group, then build the trainer (megatron needs the group)."""
@@ -65,7 +76,10 @@ class TrainerShard:
         if not dist.is_initialized():
             # NCCL binds each rank to its current device: the shard's own GPU, set first.
             backend = "nccl" if role_device().type == "cuda" else "gloo"
-            dist.init_process_group(backend, rank=self.rank, world_size=self.world_size)
+            # Rank 0 listens already if it handed out the address; else it hosts on the port given.
+            store = self._store or dist.TCPStore(master_addr, master_port, self.world_size, is_master=self.rank == 0,
+                                                 timeout=_STORE_TIMEOUT, wait_for_workers=False)
+            dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
         self._build()
 
     def _built(self) -> Trainer:
@@ -188,3 +202,4 @@ class TrainerShard:
             self._weight_group = None
         if dist.is_initialized():
             dist.destroy_process_group()
+        self._store = None

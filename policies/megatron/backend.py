@@ -32,7 +32,6 @@ from policies.megatron.convert import (
 from policies.megatron.model import (
     MegatronOptions, build_gpt_model, load_hf_config, make_layout, read_hf_weights,
 )
-from policies.server.process import free_port
 
 
 class MegatronBackend:
@@ -43,8 +42,9 @@ class MegatronBackend:
             if world_size != 1:
                 raise RuntimeError("MegatronBackend: torch.distributed must be initialised by the caller")
             # megatron needs a process group even for one rank; this one is ours to destroy.
+            # An in-process store: one rank needs no port (a picked "free" one can be taken first).
             dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
-                                    init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+                                    store=dist.HashStore(), rank=0, world_size=1)
             self._own_process_group = True
         if dist.get_world_size() != world_size or dist.get_rank() != rank:
             raise RuntimeError(

@@ -1,6 +1,8 @@
 """The shard's role: lazy build, rendezvous and join, weight export, checkpoints over ranks.
 The training step itself is tested in tests/policies/test_trainer.py."""
+import errno
 import os
+import socket
 
 import pytest
 import torch
@@ -23,6 +25,17 @@ def test_rank_of_a_group_must_join_before_training(model_path):
     shard = TrainerShard(1, 2, TrainerConfig(), model_path, seed=0)
     with pytest.raises(RuntimeError, match="join"):
         shard.train_step(samples(), 1.0, 5)
+
+
+def test_rank_zero_already_listens_on_the_rendezvous_port_it_hands_out(model_path):
+    # A port merely free when picked can be taken before the store binds it (EADDRINUSE in CI).
+    shard = TrainerShard(0, 2, TrainerConfig(), model_path, seed=0)
+    address, port = shard.rendezvous_address()
+    assert shard.rendezvous_address() == (address, port)
+    with socket.socket() as other, pytest.raises(OSError) as taken:
+        other.bind((address, port))
+    assert taken.value.errno == errno.EADDRINUSE
+    shard.close()
 
 
 def test_unknown_backend_is_refused_at_construction(model_path):
