@@ -26,7 +26,7 @@ import uuid
 from typing import Callable, Optional
 
 from policies.server.client import EngineClient, EngineHTTPError, EngineUnreachable, generate_body, parse_generate
-from configs.schema import EngineConfig
+from configs.schema import DeadlinesConfig, EngineConfig
 from envs.outcomes import InfraError, InfraSource
 from policies.sample_types import FINISH_ABORT, FINISH_LENGTH, SampleOutput, SampleRequest
 from policies.seeds import derive_seed
@@ -41,12 +41,15 @@ STATS_INTERVAL_S = 0.5
 
 class EngineActor:
     def __init__(self, index: int, cfg: EngineConfig, model_path: str, wait_for_weights: bool = False,
-                 exit_on_server_death: bool = False):
+                 exit_on_server_death: bool = False, deadlines: Optional[DeadlinesConfig] = None):
         """wait_for_weights: serve nothing until the first `update_weights` (a replacement engine
         must not serve the checkpoint's weights once training has moved on).
         exit_on_server_death: end this process when the server dies, so Ray reports the actor
-        dead and the driver replaces it (set for Ray actors, never in-process)."""
+        dead and the driver replaces it (set for Ray actors, never in-process).
+        deadlines: the run's (engine_health_s bounds each probe of the server, engine_drain_s
+        the wait for requests to come back before a weight update)."""
         self.index, self.cfg, self.model_path = index, cfg, model_path
+        self.deadlines = deadlines or DeadlinesConfig()
         self._version = 0
         self._ready = threading.Event()
         if not wait_for_weights:
@@ -98,7 +101,7 @@ class EngineActor:
                 raise RuntimeError(f"engine {self.index}: {self.cfg.backend} server exited with code "
                                    f"{self.server.proc.returncode}; command: {' '.join(self.server.cmd)}\n"
                                    f"--- server log tail ---\n{self.server.log_tail()}")
-            if self.client.health(timeout_s=5.0):
+            if self.client.health(timeout_s=self.deadlines.engine_health_s):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"engine {self.index}: {self.cfg.backend} server not healthy after "
@@ -124,7 +127,7 @@ class EngineActor:
                     os._exit(1)  # Ray reports the actor dead; the driver replaces it
                 return
             try:
-                usage = server_kv_usage(self.client.loads(timeout_s=2.0))
+                usage = server_kv_usage(self.client.loads(timeout_s=self.deadlines.engine_health_s))
             except (EngineHTTPError, EngineUnreachable):
                 usage = None
             if usage is not None:
@@ -287,7 +290,7 @@ class EngineActor:
             self.client.pause_generation(mode)
             try:
                 if mode == protocol.PAUSE_ABORT:
-                    self._drain()
+                    self._drain(self.deadlines.engine_drain_s)
                 load()
                 self._version = version
             finally:
@@ -300,7 +303,7 @@ class EngineActor:
                 self._cv.notify_all()
         self._ready.set()
 
-    def _drain(self, timeout_s: float = 60.0) -> None:
+    def _drain(self, timeout_s: float) -> None:
         """Wait until every /generate call under way has come back; requests that reached the
         server after the pause are waiting there, and are aborted too."""
         deadline = time.monotonic() + timeout_s

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
+from configs.schema import DeadlinesConfig
 from envs.outcomes import InfraError, InfraSource
 from policies.sample_types import SampleOutput, SampleRequest
 
@@ -21,27 +22,30 @@ Lookup = Callable[[int], object]
 
 
 class EngineRouter:
-    # How often a dead engine's slot is looked up again, and how long that probe may take.
+    # How often a dead engine's slot is looked up again.
     REVIVE_INTERVAL_S = 1.0
-    REVIVE_PROBE_S = 2.0
 
     def __init__(self, engines: Sequence, call: Call, lookup: Optional[Lookup] = None,
-                 generate_timeout_s: Optional[float] = None):
+                 generate_timeout_s: float = DeadlinesConfig.generate_s,
+                 probe_timeout_s: float = DeadlinesConfig.engine_health_s):
         """generate_timeout_s: deadlines.generate_s; a generate call that outlives it fails as an
-        infra error (the engine set finds and replaces the hung engine on its own)."""
+        infra error (the engine set finds and replaces the hung engine on its own).
+        probe_timeout_s: deadlines.engine_health_s; how long an engine's stats may take when the
+        router picks one, and a replacement found by lookup before it is taken."""
         if not engines:
             raise ValueError("no engines: set engine.num_engines >= 1")
         self.engines = list(engines)
         self.call = call
         self.lookup = lookup
         self.generate_timeout_s = generate_timeout_s
+        self.probe_timeout_s = probe_timeout_s
         self._sticky: dict[str, int] = {}
         self._outstanding = [0] * len(self.engines)
         self._next_lookup = [0.0] * len(self.engines)
         self.dead: set[int] = set()
         self.revived = 0
 
-    def _call(self, index: int, method: str, *args, timeout_s: Optional[float] = None):
+    def _call(self, index: int, method: str, *args, timeout_s: float):
         try:
             return self.call(self.engines[index], method, *args, timeout_s=timeout_s)
         except InfraError as err:
@@ -59,7 +63,7 @@ class EngineRouter:
         if handle is None:
             return False
         try:
-            self.call(handle, "stats", timeout_s=self.REVIVE_PROBE_S)
+            self.call(handle, "stats", timeout_s=self.probe_timeout_s)
         except InfraError:
             return False
         self.engines[index] = handle
@@ -73,7 +77,7 @@ class EngineRouter:
             if i in self.dead and not self._revive(i):
                 continue
             try:
-                stats = self._call(i, "stats")
+                stats = self._call(i, "stats", timeout_s=self.probe_timeout_s)
             except InfraError:
                 continue
             busy = stats["running"] + stats["queued"] + self._outstanding[i]

@@ -11,6 +11,8 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.placement import Placement
 from actors.remote import create_engine
+from actors.roles import wait
+from actors.supervisor import RoleFailure
 from configs.schema import DeadlinesConfig, EngineConfig
 
 log = logging.getLogger("swerve")
@@ -34,7 +36,8 @@ class EngineSet:
     _misses: dict = field(default_factory=dict)  # engine index -> health probes missed in a row
 
     def start(self) -> "EngineSet":
-        self.handles = [create_engine(self.cfg, i, self.model_path, self.namespace, options=self._options(i))
+        self.handles = [create_engine(self.cfg, i, self.model_path, self.namespace, options=self._options(i),
+                                      deadlines=self.deadlines)
                         for i in range(self.cfg.num_engines)]
         return self
 
@@ -44,18 +47,21 @@ class EngineSet:
 
     def _replace(self, index: int) -> None:
         ray.kill(self.handles[index])  # dead or hung: ends it and frees its name sooner
-        deadline = time.monotonic() + 30.0
+        deadline = time.monotonic() + self.deadlines.engine_replace_s
         while True:  # the dead actor's name is released asynchronously
             try:
                 handle = create_engine(self.cfg, index, self.model_path, self.namespace,
-                                       wait_for_weights=self.weights is not None, options=self._options(index))
+                                       wait_for_weights=self.weights is not None, options=self._options(index),
+                                       deadlines=self.deadlines)
                 break
-            except ValueError:
+            except ValueError as err:
                 if time.monotonic() > deadline:
-                    raise
+                    raise RoleFailure(f"engine-{index}", f"its name was not free for a replacement within "
+                                      f"{self.deadlines.engine_replace_s:.0f} s (deadlines.engine_replace_s)") from err
                 time.sleep(0.2)
         if self.weights is not None:
-            ray.get(handle.update_weights.remote(self.weights, self.version))
+            wait([handle.update_weights.remote(self.weights, self.version)], [f"engine-{index}"],
+                 self.deadlines.weight_sync_s)
         self.handles[index] = handle
         self.restarts += 1
         print(f"[swerve] engine-{index} died; replaced, serving v{self.version}", flush=True)
@@ -109,7 +115,7 @@ class EngineSet:
             for ref in done:
                 i = pending.pop(ref)
                 try:
-                    versions[i] = ray.get(ref)
+                    versions[i] = ray.get(ref, timeout=0)  # done: it waits for nothing
                 except RayActorError:
                     replace.append(i)
             if pending:

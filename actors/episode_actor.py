@@ -140,7 +140,7 @@ class EpisodeActor:
             raise ValueError(f"env {self.env_cfg.id} needs a session gateway: build the episode actor with gateway="
                              "GatewaySpec.from_config(cfg) (actors/launch.py does)")
         player = HarnessPlayer(self.tokenizer, self.env_cfg.harness, self.cfg, POLICY_MODEL_ID, gateway.max_model_len)
-        return player, Gateway(POLICY_MODEL_ID, gateway.max_model_len, gateway.request_deadline_s)
+        return player, Gateway(POLICY_MODEL_ID, gateway.max_model_len, gateway.request_deadline_s, gateway.step_s)
 
     @staticmethod
     def _take_segments(chat: ChatSession, traj: Trajectory) -> None:

@@ -21,8 +21,7 @@ from typing import Optional, Sequence
 from actors.report import console, redact
 from actors.batch_stats import tamper_rate
 from actors.report.run_dir import write_json, write_jsonl
-from actors.sample_collector import STOP
-from actors.trajectory import Trajectory, WorkItem, WorkSource
+from actors.trajectory import Trajectory
 from configs import Config
 from envs.outcomes import Outcome
 
@@ -69,62 +68,6 @@ def stratified_subset(tasks: Sequence, num_tasks: int, seed: int) -> list:
         rng = random.Random(f"{seed}/{s}")
         picked.extend(rng.sample(strata[s], quota[s]))
     return sorted(picked, key=lambda t: t.id)
-
-
-# -- work queue ----------------------------------------------------------------------------
-class EvalQueue(WorkSource):
-    """Hands out every (task, attempt) once, re-runs infra errors (bounded), keeps the results."""
-
-    def __init__(self, tasks: Sequence, attempts: int, max_infra_retries: int, seed: int):
-        rng = random.Random(seed)
-        self.pending = collections.deque(
-            WorkItem(task, task.id, g, member, 0, 0, rng.randrange(2**31))
-            for g, task in enumerate(tasks) for member in range(attempts))
-        self.total = len(self.pending)
-        self.max_infra_retries = max_infra_retries
-        self.in_flight: dict[tuple, WorkItem] = {}
-        self.holder: dict[tuple, str] = {}  # who runs each in-flight item (see abandon)
-        self.final: list[Trajectory] = []  # one per (task, attempt): scored, or infra after retries
-        self.infra_reruns = 0
-        self._rng = rng
-
-    def acquire(self, worker: str = "") -> Optional[WorkItem] | str:
-        if self.pending:
-            item = self.pending.popleft()
-            key = (item.group_id, item.member, item.attempt)
-            self.in_flight[key], self.holder[key] = item, worker
-            return item
-        return STOP if not self.in_flight else None
-
-    def abandon(self, worker: str, source: str, reason: str) -> int:
-        """The worker died: what it held ends as infra_error(source), re-run like any infra error."""
-        keys = [key for key, holder in self.holder.items() if holder == worker]
-        for key in keys:
-            item = self.in_flight[key]
-            self.submit(Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
-                                   outcome=Outcome.INFRA_ERROR.value, infra_source=source, error=reason[:2000]))
-        return len(keys)
-
-    def submit(self, traj: Trajectory) -> None:
-        key = (traj.group_id, traj.member, traj.attempt)
-        item = self.in_flight.pop(key)
-        self.holder.pop(key, None)
-        if traj.is_infra_error and traj.attempt < self.max_infra_retries:
-            self.infra_reruns += 1
-            self.pending.appendleft(dataclasses.replace(item, attempt=item.attempt + 1,
-                                                        seed=self._rng.randrange(2**31)))
-            return
-        traj.token_ids, traj.loss_mask, traj.logprobs, traj.versions = [], [], [], []  # not needed here
-        self.final.append(traj)
-
-    def progress(self) -> dict:
-        scored = [t for t in self.final if not t.is_infra_error]
-        return {"done": len(self.final), "total": self.total, "in_flight": len(self.in_flight),
-                "infra_reruns": self.infra_reruns, "scored": len(scored),
-                "resolved": sum(t.outcome == Outcome.RESOLVED.value for t in scored)}
-
-    def results(self) -> list[Trajectory]:
-        return list(self.final)
 
 
 # -- report --------------------------------------------------------------------------------
@@ -238,9 +181,8 @@ def out_dir(cfg: Config) -> Path:
 
 def evaluate(cfg: Config) -> dict:
     """Run the evaluation described by cfg.eval on local Ray; returns eval.json's content."""
-    import ray
-
     from actors.launch import init_ray, kill, launch_eval, namespace, reap_episodes, start_episodes
+    from actors.remote import RemoteEvalQueue
     from actors.policy_setup import ensure_policy
     from envs.loaders import load_tasks
 
@@ -256,7 +198,7 @@ def evaluate(cfg: Config) -> dict:
     tokenizer_path, model_path = ensure_policy(cfg)
     ns = f"{namespace(cfg)}-eval"  # apart from a training run of the same name
     rollout = dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature)
-    queue = ray.remote(EvalQueue).options(name="eval-queue", namespace=ns, num_cpus=0).remote(
+    queue = RemoteEvalQueue.options(name="eval-queue", namespace=ns, num_cpus=0).remote(
         tasks, cfg.eval.attempts, cfg.rollout.max_infra_retries, cfg.eval.seed)
     fleet = launch_eval(cfg, model_path, ns, queue, rollout)
     try:
@@ -267,14 +209,14 @@ def evaluate(cfg: Config) -> dict:
         while reap_episodes(fleet, cfg) < len(fleet.episode_runs):
             fleet.engine_set.maybe_replace_dead()
             if time.monotonic() >= next_status:
-                p = ray.get(queue.progress.remote())
+                p = fleet.collector.progress()
                 print(f"[swerve] eval: {p['done']}/{p['total']} attempts done, {p['in_flight']} running, "
                       f"{p['infra_reruns']} infra re-runs", flush=True)
                 bar.update(p["done"], progress_figure(p))
                 next_status += cfg.run.status_interval_s
             time.sleep(cfg.rollout.poll_interval_s * 10)
-        trajectories = ray.get(queue.results.remote())
-        progress = ray.get(queue.progress.remote())
+        trajectories = fleet.collector.results()
+        progress = fleet.collector.progress()
         bar.finish(progress_figure(progress))
     finally:
         kill(fleet)

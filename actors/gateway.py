@@ -29,6 +29,7 @@ from typing import Optional
 
 from aiohttp import web
 
+from configs.schema import DeadlinesConfig
 from envs.gateway_route import make_connectable
 from policies.server.serving import stream_sse
 
@@ -46,11 +47,13 @@ class GatewaySpec:
     """What an episode actor's gateway serves, from the run's config."""
     max_model_len: int
     request_deadline_s: float
+    step_s: float = DeadlinesConfig.gateway_step_s
 
     @classmethod
     def from_config(cls, cfg) -> "GatewaySpec":
         """cfg: the run's configs.schema.Config; the context is the engine's and the rollout's bound."""
-        return cls(min(cfg.engine.max_context_tokens, cfg.rollout.max_total_tokens), cfg.deadlines.gateway_request_s)
+        return cls(min(cfg.engine.max_context_tokens, cfg.rollout.max_total_tokens), cfg.deadlines.gateway_request_s,
+                   cfg.deadlines.gateway_step_s)
 
 
 @dataclass
@@ -92,10 +95,14 @@ class Session:
 
 
 class Gateway:
-    def __init__(self, model: str, max_model_len: int, request_deadline_s: float):
+    def __init__(self, model: str, max_model_len: int, request_deadline_s: float,
+                 step_s: float = DeadlinesConfig.gateway_step_s):
         """model: the id /models reports and replies name; request_deadline_s: the longest a
-        request waits for its answer (it must outlast an episode: deadlines.gateway_request_s)."""
+        request waits for its answer (it must outlast an episode: deadlines.gateway_request_s);
+        step_s: the longest its event loop may take to open or close a listener
+        (deadlines.gateway_step_s)."""
         self.model = model
+        self.step_s = step_s
         self.max_model_len = max_model_len
         self.request_deadline_s = request_deadline_s
         self._sessions: dict[str, Session] = {}
@@ -147,10 +154,10 @@ class Gateway:
         if self._runner is not None:
             self._run(self._runner.cleanup())
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=self.step_s)
 
     def _run(self, coroutine):
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=30)
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=self.step_s)
 
     async def _start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_openai_errors])

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 import ray
-from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from policies.checkpoint import PAUSE_ENV
@@ -19,7 +18,7 @@ from actors.placement import Placement
 from actors.placement_plan import build_plan
 from actors.report import console
 from actors.remote import NamedEngines, RemoteCollector, RemoteEpisode, SandboxLease, engine_call, remote_trainer
-from actors.roles import CollectorRole, TrainerGroup, WorkSource
+from actors.roles import CollectorRole, EpisodeLoops, TrainerGroup, WorkSource
 from configs import Config
 from configs.schema import RolloutConfig
 from envs.make import env_sandbox
@@ -68,7 +67,7 @@ class Fleet:
     trainers: TrainerGroup
     collector: CollectorRole
     episodes: list
-    episode_runs: list
+    episode_runs: EpisodeLoops
     namespace: str = ""
     rollout: Optional[RolloutConfig] = None  # what the episode actors run with (eval: its temperature)
     episode_prefix: str = "episode"
@@ -113,14 +112,14 @@ def launch(cfg: Config, model_path: str, tasks: Union[list, TaskStream], with_tr
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     collector = RemoteCollector.options(**_opts(ns, "collector"), scheduling_strategy=here).remote(
         cfg.rollout, tasks, [t.id for t in tasks] if isinstance(tasks, list) else [], cfg.run.seed)
-    return Fleet(engine_set, trainers, CollectorRole(collector, cfg.deadlines), [], [], namespace=ns,
+    return Fleet(engine_set, trainers, CollectorRole(collector, cfg.deadlines), [], EpisodeLoops(), namespace=ns,
                  rollout=cfg.rollout, seed=cfg.run.seed)
 
 
 def launch_eval(cfg: Config, model_path: str, ns: str, queue, rollout: RolloutConfig) -> Fleet:
     """The evaluation's fleet: engines and the eval queue as the work source; no trainers."""
     engine_set = _engines(cfg, model_path, ns, "eval")
-    return Fleet(engine_set, TrainerGroup([], cfg.deadlines), CollectorRole(queue, cfg.deadlines), [], [],
+    return Fleet(engine_set, TrainerGroup([], cfg.deadlines), CollectorRole(queue, cfg.deadlines), [], EpisodeLoops(),
                  namespace=ns, rollout=rollout, episode_prefix="eval-episode", seed=cfg.eval.seed)
 
 
@@ -131,7 +130,7 @@ def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
     return RemoteEpisode.options(**_opts(fleet.namespace, f"{fleet.episode_prefix}-{label}")).remote(
         i, fleet.rollout, cfg.env, sandbox, fleet.tokenizer_path,
         EngineRouter(fleet.engines, engine_call, lookup=NamedEngines(fleet.namespace),
-                     generate_timeout_s=cfg.deadlines.generate_s),
+                     generate_timeout_s=cfg.deadlines.generate_s, probe_timeout_s=cfg.deadlines.engine_health_s),
         WorkSource(fleet.collector.actor, cfg.deadlines.collector_call_s),
         SandboxLease(i, sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label,
                      margin_s=cfg.deadlines.sandbox_margin_s),
@@ -142,7 +141,8 @@ def start_episodes(fleet: Fleet, cfg: Config, tokenizer_path: str, count: Option
     fleet.tokenizer_path = tokenizer_path
     count = cfg.rollout.num_episode_actors if count is None else count
     fleet.episodes = [_episode(fleet, cfg, i, 0) for i in range(count)]
-    fleet.episode_runs = [e.run.remote() for e in fleet.episodes]
+    for i, episode in enumerate(fleet.episodes):
+        fleet.episode_runs.start(i, episode)
 
 
 def _abandon(fleet: Fleet, i: int, reason: str) -> int:
@@ -156,7 +156,7 @@ def replace_episode(fleet: Fleet, cfg: Config, i: int, reason: str) -> int:
     held = _abandon(fleet, i, reason)
     fleet.episode_replacements += 1
     fleet.episodes[i] = _episode(fleet, cfg, i, fleet.episode_replacements)
-    fleet.episode_runs[i] = fleet.episodes[i].run.remote()
+    fleet.episode_runs.start(i, fleet.episodes[i])
     print(f"[swerve] {fleet.episode_prefix}-{i} died ({reason.splitlines()[0][:120]}); replaced, {held} items re-run",
           flush=True)
     return held
@@ -166,17 +166,10 @@ def reap_episodes(fleet: Fleet, cfg: Config) -> int:
     """Replace every episode actor that died; returns how many episode loops ended normally
     (their run() returned: in training only after stop, in eval when the queue is empty). A loop
     that crashed (a RayTaskError, not a death) surfaces its error here."""
-    finished, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=0)
-    ended = 0
-    for ref in finished:
-        index = fleet.episode_runs.index(ref)
-        try:
-            ray.get(ref)
-        except RayActorError as err:  # its process or node died: the run goes on without that work
-            replace_episode(fleet, cfg, index, str(err))
-            continue
-        ended += 1
-    return ended
+    returned, died = fleet.episode_runs.ended(timeout_s=0)
+    for index, reason in died.items():
+        replace_episode(fleet, cfg, index, reason)
+    return len(returned)
 
 
 def shutdown(fleet: Fleet, grace_s: float) -> list:
@@ -184,16 +177,11 @@ def shutdown(fleet: Fleet, grace_s: float) -> list:
     An episode actor that died after the last batch (its process or node) is not replaced: what
     it held ends as infra_error(env), as during the run, so nothing admitted stays in flight."""
     fleet.collector.stop()
-    done, _ = ray.wait(fleet.episode_runs, num_returns=len(fleet.episode_runs), timeout=grace_s)
-    results = []
-    for ref in done:
-        try:
-            results.append(ray.get(ref))
-        except RayActorError as err:
-            i = fleet.episode_runs.index(ref)
-            held = _abandon(fleet, i, str(err))
-            print(f"[swerve] episode-{i} died at the end of the run ({str(err).splitlines()[0][:120]}); "
-                  f"{held} items ended as infra errors", flush=True)
+    results, died = fleet.episode_runs.ended(timeout_s=grace_s)
+    for i, reason in died.items():
+        held = _abandon(fleet, i, reason)
+        print(f"[swerve] episode-{i} died at the end of the run ({reason.splitlines()[0][:120]}); "
+              f"{held} items ended as infra errors", flush=True)
     fleet.trainers.close()
     return results
 

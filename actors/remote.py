@@ -17,6 +17,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.engine_actor import EngineActor
 from actors.episode_actor import EpisodeActor
+from actors.eval_queue import EvalQueue
 from actors.sample_collector import SampleCollector
 from actors.sandbox_actor import SandboxActor
 from policies.server.process import SERVER_COMMANDS
@@ -37,6 +38,7 @@ REMOTE_ENGINES = {**dict.fromkeys(SERVER_COMMANDS, RemoteEngine), "sim": RemoteS
 check_backend_registry(REMOTE_ENGINES, "actors/remote.py REMOTE_ENGINES")
 RemoteEpisode = ray.remote(EpisodeActor)
 RemoteCollector = ray.remote(SampleCollector)
+RemoteEvalQueue = ray.remote(EvalQueue)
 RemoteSandbox = ray.remote(SandboxActor)
 
 
@@ -50,18 +52,17 @@ def remote_trainer():
     return ray.remote(TrainerShard)
 
 
-def ray_call(handle, method: str, *args, source: Optional[InfraSource] = None, timeout_s: float | None = None):
-    """Call a method of an actor and wait; an actor death is an InfraError of `source`."""
+def ray_call(handle, method: str, *args, source: InfraSource, timeout_s: float):
+    """Call a method of an actor and wait at most timeout_s (a deadline from configs DeadlinesConfig);
+    a death is an InfraError of `source`, a missed deadline one of TIMEOUT."""
     try:
         return ray.get(getattr(handle, method).remote(*args), timeout=timeout_s)
     except (RayActorError, GetTimeoutError) as err:
-        if source is None:
-            raise
         kind = InfraSource.TIMEOUT if isinstance(err, GetTimeoutError) else source
         raise InfraError(kind, f"{method} on {source.value} actor failed: {type(err).__name__}: {err}") from err
 
 
-def engine_call(handle, method: str, *args, timeout_s: Optional[float] = None):
+def engine_call(handle, method: str, *args, timeout_s: float):
     return ray_call(handle, method, *args, source=InfraSource.ENGINE, timeout_s=timeout_s)
 
 
@@ -75,7 +76,7 @@ def placement(resource: str) -> dict:
 
 
 def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str, wait_for_weights: bool = False,
-                  options: Optional[dict] = None):
+                  options: Optional[dict] = None, deadlines: Optional[DeadlinesConfig] = None):
     """A named engine actor (`engine-<index>` in the run's namespace); a replacement reuses the name.
     `options`: where it runs (actors/placement.py: its GPUs, or its role resource).
 
@@ -85,7 +86,7 @@ def create_engine(cfg: EngineConfig, index: int, model_path: str, namespace: str
     return REMOTE_ENGINES[cfg.backend].options(
         name=engine_name(index), namespace=namespace, num_cpus=0, max_restarts=0,
         max_concurrency=cfg.max_concurrency, **(options or {}),
-    ).remote(index, cfg, model_path, wait_for_weights, True)
+    ).remote(index, cfg, model_path, wait_for_weights, True, deadlines)
 
 
 class NamedEngines:
@@ -134,7 +135,7 @@ class SandboxLease:
             self.generation += 1
         return self._handle
 
-    def _call(self, method: str, *args, timeout_s: Optional[float] = None):
+    def _call(self, method: str, *args, timeout_s: float):
         handle = self._actor()
         try:
             return ray_call(handle, method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
@@ -155,11 +156,11 @@ class SandboxLease:
         deadline = time.monotonic() + self.margin_s
         while time.monotonic() < deadline:
             try:
-                ray.get(handle.stats.remote(), timeout=1.0)
+                ray.get(handle.stats.remote(), timeout=max(0.0, deadline - time.monotonic()))
             except RayActorError:
                 return
             except GetTimeoutError:
-                continue
+                break
             time.sleep(0.05)
         raise RuntimeError(f"sandbox-{self.label} outlived ray.kill for {self.margin_s:.0f} s")
 

@@ -4,7 +4,11 @@ a role that dies or misses a deadline is named in that failure, never guessed fr
 
     CollectorRole  the driver's handle on the work source (SampleCollector, or eval's EvalQueue)
     TrainerGroup   the driver's handle on the trainer shards, as one group
+    EpisodeLoops   the driver's handle on the episode actors' run() loops (which ended, and how)
     WorkSource     an episode actor's client of the work source (acquire, exchange)
+
+The engines' handle is actors/engine_set.py (EngineSet), a sandbox's actors/remote.py
+(SandboxLease); tests/test_role_calls.py holds actors/ to waiting on Ray only in these, each wait with a deadline.
 
 The driver's side raises RoleFailure (actors/supervisor.py rolls the run back); the episode's side
 raises InfraError (the episode is not scored, and the episode loop decides what to do).
@@ -68,6 +72,18 @@ class CollectorRole:
     def snapshot(self) -> dict:
         return self._call("snapshot", timeout_s=self.deadlines.checkpoint_s)
 
+    def live(self) -> dict:
+        """The books as `swerve status` shows them (SampleCollector only)."""
+        return self._call("live")
+
+    def progress(self) -> dict:
+        """Attempts done, running and re-run (EvalQueue only)."""
+        return self._call("progress")
+
+    def results(self) -> list:
+        """Every finished attempt's trajectory (EvalQueue only)."""
+        return self._call("results")
+
     def restore(self, state: dict) -> int:
         return self._call("restore", state, timeout_s=self.deadlines.checkpoint_s)
 
@@ -121,6 +137,38 @@ class TrainerGroup:
 
     def close(self) -> None:
         self._all([t.close.remote() for t in self.actors], self.deadlines.checkpoint_s)
+
+
+class EpisodeLoops:
+    """The episode actors' run() loops, as the driver sees them. A loop returns only at the end
+    (training: after stop; eval: when the queue is empty); an actor that died is reported with
+    Ray's reason so the driver can replace it; a loop that crashed raises its error here."""
+
+    def __init__(self, refs: Optional[list] = None):
+        self.refs = list(refs or [])
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def start(self, index: int, actor) -> None:
+        """Run `actor`'s loop as loop `index` (a new one, or the replacement of a dead one)."""
+        ref = actor.run.remote()
+        if index == len(self.refs):
+            self.refs.append(ref)
+        else:
+            self.refs[index] = ref
+
+    def ended(self, timeout_s: float) -> tuple[list, dict[int, str]]:
+        """Waiting at most timeout_s (0: a look) for every loop to end: the results of those that
+        returned, and {index: reason} of those whose actor died."""
+        done, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=timeout_s)
+        results, died = [], {}
+        for ref in done:
+            try:
+                results.append(ray.get(ref, timeout=0))
+            except RayActorError as err:  # its process or node died: the run goes on without that work
+                died[self.refs.index(ref)] = str(err)
+        return results, died
 
 
 class WorkSource:

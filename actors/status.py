@@ -6,7 +6,8 @@ import json
 import ray
 
 from actors.launch import namespace
-from actors.remote import engine_name
+from actors.remote import engine_call, engine_name
+from actors.roles import CollectorRole
 from actors.sample_collector import COUNTERS
 from configs import Config
 
@@ -22,14 +23,14 @@ def collect_status(cfg: Config, address: str) -> dict:
     except ValueError as err:
         raise RuntimeError(f"no running swerve job named '{cfg.run.name}' in Ray namespace '{ns}' "
                            "(pass run.name=NAME of the job, and --address of its cluster)") from err
-    live = ray.get(collector.live.remote(), timeout=30)
+    live = CollectorRole(collector, cfg.deadlines).live()
     engines = []
     for index in range(ENGINE_LOOKUP_LIMIT):
         try:
             handle = ray.get_actor(engine_name(index), namespace=ns)
         except ValueError:
             break
-        engines.append(ray.get(handle.stats.remote(), timeout=30))
+        engines.append(engine_call(handle, "stats", timeout_s=cfg.deadlines.engine_health_s))
     return {"run": cfg.run.name, "namespace": ns, **live, "engines": engines}
 
 

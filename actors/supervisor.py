@@ -42,7 +42,7 @@ class Supervisor:
     def __init__(self, cfg: RunConfig, resume_command: str):
         self.cfg = cfg
         self.resume_command = resume_command
-        self.rollbacks: Counter = Counter()  # by kind of role: collector, trainer
+        self.rollbacks: Counter = Counter()  # by kind of role: collector, trainer, run (the watchdog's)
         self.replaced: Counter = Counter()  # engines and episode actors of fleets already ended
         self.heal_s: dict[str, list[float]] = {}
         self._failed_at: Optional[tuple[str, float]] = None
@@ -76,4 +76,4 @@ class Supervisor:
     def restarts(self, engine_restarts: int = 0, episode_replacements: int = 0) -> dict:
         """Restarts so far by kind of role (the live fleet's replacements included)."""
         counts = Counter(self.rollbacks) + self.replaced + Counter(engine=engine_restarts, episode=episode_replacements)
-        return {kind: counts.get(kind, 0) for kind in ("collector", "trainer", "engine", "episode")}
+        return {kind: counts.get(kind, 0) for kind in ("collector", "trainer", "engine", "episode", "run")}

@@ -32,7 +32,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from configs.schema import TrainerConfig
+from configs.schema import DeadlinesConfig, TrainerConfig
 from policies.device import role_device
 from policies.hf_dir import write_hf_dir
 from policies.sample_types import TrainSample
@@ -139,22 +139,25 @@ class TrainerShard:
         return meta, state if self.rank == 0 else {}
 
     def init_weight_update_group(self, master_address: str, master_port: int, world_size: int,
-                                 group_name: str = WEIGHT_UPDATE_GROUP, backend: str = "nccl") -> None:
+                                 group_name: str = WEIGHT_UPDATE_GROUP, backend: str = "nccl",
+                                 timeout_s: float = DeadlinesConfig.weight_sync_s) -> None:
         """Rank 0: host the NCCL group the engines join (SGLang /init_weights_update_group,
-        rank_offset 1); call it concurrently with the engines' init calls."""
+        rank_offset 1); call it concurrently with the engines' init calls. timeout_s
+        (deadlines.weight_sync_s): how long the group waits for the engines."""
         from policies.weight_broadcast import init_weight_update_group
 
         if self.rank == 0:
             self._weight_group = init_weight_update_group(master_address, master_port, world_size, 0,
-                                                          group_name, backend)
+                                                          group_name, backend, timeout_s)
 
     def broadcast_weights(self, engines: list, version: int, group_name: str = WEIGHT_UPDATE_GROUP,
-                          dtype: str = "") -> dict:
+                          dtype: str = "", timeout_s: float = DeadlinesConfig.weight_sync_s) -> dict:
         """Every rank calls it (gathering sharded weights is collective); rank 0 broadcasts to
         `engines` (EngineActor handles) bucket by bucket, cast to `dtype` (e.g. "bfloat16", the
-        engines' dtype; "" keeps the trainer's). Returns timings."""
-        import ray
-
+        engines' dtype; "" keeps the trainer's). Each bucket's engine calls must answer within
+        timeout_s (deadlines.weight_sync_s); a silent or dead engine fails the broadcast, named.
+        Returns timings."""
+        from actors.roles import wait
         from policies.weight_broadcast import broadcast_weights_nccl
 
         backend = self._built().backend
@@ -170,7 +173,10 @@ class TrainerShard:
                 return [e.update_weights_from_distributed.remote(names, dtypes, shapes, version, group_name)
                         for e in engines]
 
-            stats.update(broadcast_weights_nccl(state.items(), self._weight_group, announce, ray.get,
+            def answered(refs):
+                return wait(refs, [f"engine-{i}" for i in range(len(refs))], timeout_s)
+
+            stats.update(broadcast_weights_nccl(state.items(), self._weight_group, announce, answered,
                                                 self.cfg.weight_bucket_mb << 20,
                                                 dtype=getattr(torch, dtype) if dtype else None))
         stats["time_export_s"] = self.time_export_s

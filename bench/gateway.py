@@ -113,7 +113,7 @@ def serve(cfg: Config, tokenizer_path: str, core: int, sessions: int, calls: int
     tokenizer = load_chat_tokenizer(tokenizer_path)  # shared: encoding is thread-safe, as one per actor would be
     direct = direct_times(Episode(cfg, tokenizer, spec.max_model_len), calls, turns)
     serving_cpu_s = time.process_time()
-    gateway = Gateway(POLICY_MODEL_ID, spec.max_model_len, spec.request_deadline_s)
+    gateway = Gateway(POLICY_MODEL_ID, spec.max_model_len, spec.request_deadline_s, spec.step_s)
     port = gateway.listen_tcp()
     stop = threading.Event()
     opened = [gateway.open() for _ in range(sessions)]

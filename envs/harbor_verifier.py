@@ -43,7 +43,6 @@ UPLOAD_PIECE_BYTES = 64 * 1024
 # Bytes of the artifacts' tar read back by one command (base64 grows it by a third: it must fit
 # sandbox.max_output_bytes, 1 MB by default).
 READ_PIECE_BYTES = 512 * 1024
-SYSTEM_STEP_S = 60.0
 _AGENT_SCRATCH = (VERIFIER_TESTS_DIR, VERIFIER_LOGS_DIR, SOLUTION_DIR, "/tmp")
 
 
@@ -87,7 +86,7 @@ def upload_files(sandbox: Sandbox, folder: str, files: tuple[tuple[str, str], ..
 
 
 def _system(sandbox: Sandbox, command: str, what: str) -> str:
-    result = sandbox.exec(command, timeout_s=SYSTEM_STEP_S)
+    result = sandbox.exec(command)  # within sandbox.command_timeout_s
     if result.exit_code != 0:
         raise InfraError(InfraSource.GRADER, f"cannot {what} (exit {result.exit_code}): {result.output[-500:]}")
     return result.output
@@ -103,8 +102,7 @@ def _shared(sandbox: Sandbox, spec: HarborVerifier, timeout_s: float):
     # /solution may also hold what the image's set-up left (another user's): only the agent's goes.
     folders, verifier = " ".join(_AGENT_SCRATCH), f"{VERIFIER_TESTS_DIR} {VERIFIER_LOGS_DIR}"
     emptied = sandbox.exec(f"chmod -R u+rwx {folders} 2>/dev/null; find {folders} -mindepth 1 -user \"$(id -u)\" "
-                           f"-delete 2>/dev/null; find {verifier} -mindepth 1 -delete && mkdir -p {verifier}",
-                           timeout_s=SYSTEM_STEP_S)
+                           f"-delete 2>/dev/null; find {verifier} -mindepth 1 -delete && mkdir -p {verifier}")
     if emptied.exit_code != 0:
         return f"grading could not empty {verifier} of what the agent left: {emptied.output[-300:]}"
     upload_files(sandbox, VERIFIER_TESTS_DIR, spec.tests)
@@ -150,9 +148,9 @@ def export_artifacts(sandbox: Sandbox, artifacts: tuple[str, ...], max_bytes: in
     script = (f"wd=$(pwd); t=$(mktemp /tmp/swerve-artifacts.XXXXXXXX) || exit 97; cd / && "
               f"tar -cf \"$t\" --ignore-failed-read {names} 2>/dev/null; s=$?; "
               f"printf '{nonce} %s %s %s\\n' \"$s\" \"$(stat -c %s \"$t\")\" \"$t\"")
-    packed = sandbox.exec(script, timeout_s=SYSTEM_STEP_S)
+    packed = sandbox.exec(script)
     if packed.timed_out:  # what the agent left takes that long to read (millions of files)
-        return f"the artifacts could not be packed in {SYSTEM_STEP_S:.0f} s"
+        return "the artifacts could not be packed within sandbox.command_timeout_s"
     head = re.search(rf"^{nonce} (\d+) (\d+) (\S+)$", packed.output, re.MULTILINE)
     if head is None:
         raise InfraError(InfraSource.GRADER, f"packing the artifacts printed no size: {packed.output[-300:]}")
@@ -167,7 +165,7 @@ def export_artifacts(sandbox: Sandbox, artifacts: tuple[str, ...], max_bytes: in
                                      "read the artifacts").strip())
             for offset in range(0, size, READ_PIECE_BYTES))
     finally:
-        sandbox.exec(f"rm -f {path}", timeout_s=SYSTEM_STEP_S)
+        sandbox.exec(f"rm -f {path}")
     return clean_tar(data, artifacts)
 
 

@@ -226,8 +226,8 @@ def apply_change(sandbox: Sandbox, change: CapturedChange) -> None:
 def _in_chunks(sandbox: Sandbox, command: str, paths: list[str]) -> None:
     """`command` over `paths`, a bounded number per call: thousands of paths fit no command line."""
     for start in range(0, len(paths), _PATHS_PER_COMMAND):
-        result = sandbox.exec(" ".join([command, *(shlex.quote(p) for p in paths[start:start + _PATHS_PER_COMMAND])]),
-                              timeout_s=60.0)
+        # Bounded by sandbox.command_timeout_s, as any command in the sandbox.
+        result = sandbox.exec(" ".join([command, *(shlex.quote(p) for p in paths[start:start + _PATHS_PER_COMMAND])]))
         if result.exit_code != 0:
             raise InfraError(InfraSource.GRADER, f"cannot apply the change ({command}): {result.output[-500:]}")
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from configs.schema import EngineConfig, SimEngineConfig
+from configs.schema import DeadlinesConfig, EngineConfig, SimEngineConfig
 from policies.sample_types import FINISH_LENGTH, FINISH_STOP, SampleOutput, SampleRequest
 from policies.chat_tokenizer import IM_END, load_chat_tokenizer
 
@@ -75,8 +75,9 @@ class _Request:
 
 class SimEngine:
     def __init__(self, index: int, cfg: EngineConfig, model_path: str, wait_for_weights: bool = False,
-                 exit_on_server_death: bool = False):
-        """Same arguments as EngineActor; there is no server, so exit_on_server_death has nothing to watch."""
+                 exit_on_server_death: bool = False, deadlines: Optional[DeadlinesConfig] = None):
+        """Same arguments as EngineActor; there is no server, so exit_on_server_death has nothing
+        to watch and no deadline bounds a probe of one."""
         self.index, self.cfg, self.sim = index, cfg, cfg.sim
         self.tokenizer = load_chat_tokenizer(model_path)
         self._im_end = self.tokenizer.convert_tokens_to_ids(IM_END)

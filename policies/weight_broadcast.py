@@ -23,14 +23,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from configs.schema import TrainerConfig
+from configs.schema import DeadlinesConfig, TrainerConfig
 from policies.device import role_device
 from policies.server.protocol import WEIGHT_UPDATE_GROUP
 
 
 def init_weight_update_group(master_address: str, master_port: int, world_size: int, rank: int = 0,
                              group_name: str = WEIGHT_UPDATE_GROUP, backend: str = "nccl",
-                             timeout_s: float = 600.0) -> dist.ProcessGroup:
+                             timeout_s: float = DeadlinesConfig.weight_sync_s) -> dist.ProcessGroup:
     """Create (rank 0: host the store of) a process group apart from the training group, the
     way SGLang's `init_custom_process_group` does, so both sides meet on the same store keys."""
     timeout = timedelta(seconds=timeout_s)

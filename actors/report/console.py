@@ -32,6 +32,9 @@ MILESTONES = (0.25, 0.5, 0.75, 1.0)
 # A live line is redrawn at most this often (a bar updated per attempt would flood a slow terminal).
 REDRAW_S = 0.5
 FOLLOW_S = 0.2
+# How long the follower may take to print the last warnings at the end (a terminal nobody reads
+# must not hold the run's exit).
+LAST_WARNINGS_S = 5.0
 
 
 def _duration(seconds: float) -> str:
@@ -281,4 +284,4 @@ class _Follower(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
-        self.join(timeout=5.0)
+        self.join(timeout=LAST_WARNINGS_S)

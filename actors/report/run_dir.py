@@ -28,7 +28,7 @@ METRIC_NAMES = (
     "train_pass_rate", "pass_rate_at_random",
     # Is the run safe? (README, "Restarts")
     "time_checkpoint_s", "checkpoint_overhead_fraction", "restarts_collector", "restarts_trainer",
-    "restarts_engine", "restarts_episode",
+    "restarts_engine", "restarts_episode", "restarts_run",
 )
 
 

@@ -86,6 +86,11 @@ class DeadlinesConfig:
     # engine counts as hung and is killed and replaced (one miss may be a busy CPU, not a hang).
     engine_health_s: float = 10.0
     engine_health_misses: int = 3
+    # A replaced engine's name must be free for its replacement within this (Ray releases a dead
+    # actor's name asynchronously).
+    engine_replace_s: float = 30.0
+    # Before an abort-mode weight update, the generate calls under way must come back within this.
+    engine_drain_s: float = 60.0
     # One generate call, seen from an episode (a hung one fails as infra_error and is re-run).
     generate_s: float = 3600.0
     # Pushing weights into one engine (pause, load, resume); a hung engine is replaced.
@@ -102,6 +107,8 @@ class DeadlinesConfig:
     # (swerve/Harness-v0). Timeouts nest: sandbox.command_timeout_s < env.harness.step_timeout_s
     # < rollout.max_episode_seconds < this, so a cap always ends an episode before a request dies.
     gateway_request_s: float = 7200.0
+    # The session gateway's own event loop opening or closing a listener.
+    gateway_step_s: float = 30.0
     # The GPU placement groups of a run must be ready within this (actors/placement.py): GPUs
     # the cluster declares but others hold are reported, not waited on forever.
     placement_s: float = 600.0

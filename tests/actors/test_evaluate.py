@@ -7,7 +7,8 @@ from math import comb
 
 import pytest
 
-from actors.evaluate import (EvalQueue, attempt_records, mean_pass_at_k, pass_at_k, predictions, stratified_subset,
+from actors.eval_queue import EvalQueue
+from actors.evaluate import (attempt_records, mean_pass_at_k, pass_at_k, predictions, stratified_subset,
                              summarize)
 from actors.sample_collector import STOP
 from actors.trajectory import Trajectory

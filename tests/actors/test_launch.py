@@ -5,7 +5,7 @@ import ray
 
 from actors.launch import Fleet, shutdown
 from actors.remote import RemoteCollector
-from actors.roles import CollectorRole, TrainerGroup
+from actors.roles import CollectorRole, EpisodeLoops, TrainerGroup
 from configs.schema import DeadlinesConfig, RolloutConfig
 
 
@@ -35,8 +35,8 @@ def test_shutdown_ends_a_dead_episode_actors_work_as_infra_errors(ray_session):
     episodes = [TakesWorkThenDies.remote(collector), Finishes.remote()]
     fleet = Fleet(engine_set=None, trainers=TrainerGroup([], DeadlinesConfig()),
                   collector=CollectorRole(collector, DeadlinesConfig()), episodes=episodes,
-                  episode_runs=[e.run.remote() for e in episodes])
-    ray.wait(fleet.episode_runs[:1])  # the first one has died holding its item
+                  episode_runs=EpisodeLoops([e.run.remote() for e in episodes]))
+    ray.wait(fleet.episode_runs.refs[:1])  # the first one has died holding its item
     assert ray.get(collector.accounting.remote())["in_flight"] == 1
 
     results = shutdown(fleet, grace_s=30)

@@ -104,7 +104,7 @@ def test_dead_engine_is_replaced_and_serves_the_current_weights(ray_session, mod
         router._next_lookup[first] = 0.0
         router._pick()
         assert router.dead == set() and router.revived == 1
-        out = router._call(first, "generate", request)
+        out = router._call(first, "generate", request, timeout_s=60)
         assert out.versions == [1] * 4 and len(out.token_ids) == 4
     finally:
         for handle in engines.handles:

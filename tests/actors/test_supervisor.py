@@ -13,7 +13,7 @@ from actors.driver import train
 from actors.sample_collector import COUNTERS
 from actors.supervisor import RoleFailure, RunAborted, Supervisor, role_kind
 from bench.reliability import SANDBOX_FAULT_DEADLINES
-from bench.role_faults import AfterStep, hit
+from bench.role_faults import AfterStep, actor_pid, hit, server_pid
 from configs import load_config
 from configs.schema import RunConfig
 from policies.checkpoint import step_dir_name
@@ -26,7 +26,7 @@ def test_rollbacks_are_bounded_per_role_and_in_total_and_the_message_says_what_t
     supervisor.failed(RoleFailure("collector", "died"))
     supervisor.failed(RoleFailure("trainer-1", "hung"))
     supervisor.failed(RoleFailure("trainer-0", "died"))
-    assert supervisor.restarts(engine_restarts=2) == {"collector": 1, "trainer": 2, "engine": 2, "episode": 0}
+    assert supervisor.restarts(engine_restarts=2) == {"collector": 1, "trainer": 2, "engine": 2, "episode": 0, "run": 0}
     with pytest.raises(RunAborted) as err:
         supervisor.failed(RoleFailure("collector", "died (SIGKILL)"))  # a 4th in all: past the total bound
     assert "collector" in str(err.value) and "died (SIGKILL)" in str(err.value)
@@ -97,6 +97,40 @@ def test_a_hung_engine_server_is_replaced_and_the_run_goes_on(ray_session, swerv
         for _ in range(100):
             os.kill(stopped[0], 0)
             time.sleep(0.1)
+
+
+def _playing(ns: str) -> bool:
+    """The fleet is up and its episodes have started (their first generate calls are on their way)."""
+    import ray
+
+    try:
+        ray.get_actor("episode-0", namespace=ns)
+        server_pid(actor_pid(ns, "engine-0"))
+    except (ValueError, LookupError, KeyError):
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_an_engine_that_takes_requests_and_never_answers_is_found_by_the_watchdog(
+        ray_session, swerve_cache, tmp_path, capfd):
+    """A hang no single deadline is set to see: the engine's server is stopped as the episodes begin,
+    so its socket takes every generate call and answers none, and the engine set is told to
+    tolerate any number of missed health probes. No call fails (generate_s is an hour); only the
+    run-level watchdog can end the wait: it dumps who waits on what and rolls the run back."""
+    cfg = small(tmp_path, swerve_cache, "never-answers", "deadlines.progress_s=20", "run.status_interval_s=1",
+                "deadlines.engine_health_misses=1000000", "deadlines.engine_health_s=2", "engine.health_interval_s=1")
+    ns = f"swerve-{cfg.run.name}"
+    stopped = []
+    fault = AfterStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "engine-0", "server", signal.SIGSTOP)),
+                      step=0, ready=lambda: _playing(ns))
+    acc = finished_whole(train(cfg))
+    log = capfd.readouterr().out
+    assert stopped and acc["restarts"]["run"] == 1 and acc["restarts"]["engine"] == 0
+    dump = log[log.index("run stalled"):]
+    assert "(deadlines.progress_s)" in dump and "driver: waiting on collector.next_batch" in dump
+    assert "engine: " in dump and "in_flight=" in dump
+    print(f"watchdog: fault to next finished step {fault.heal_s} s (progress_s 20)")
 
 
 @pytest.mark.slow
