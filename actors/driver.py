@@ -173,6 +173,7 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
             run_dir.record_event("done", step=step, version=version)
             return run_dir.path
         except RoleFailure as failure:
+            run_dir.record_event("rollback", role=failure.role, cause=failure.cause)
             supervisor.failed(failure)  # raises past the bounds
             supervisor.fleet_ended(fleet.engine_set.restarts, fleet.episode_replacements)
             resume = latest_checkpoint(str(run_dir.checkpoints)) is not None

@@ -23,7 +23,7 @@ from actors.task_picker import make_picker
 from actors.task_table import TaskTable
 from actors.trajectory import Batch, TrainSample, Trajectory, WorkItem, WorkSource
 from configs.schema import RolloutConfig
-from envs.outcomes import Outcome
+from envs.outcomes import InfraSource, Outcome
 from envs.stream import TaskStream
 from policies.advantages import group_advantages
 
@@ -159,7 +159,11 @@ class SampleCollector(WorkSource):
             self.counts["infra_excluded"] += 1
             if group.dead:
                 return
-            if traj.attempt < self.cfg.max_infra_retries:
+            # An engine's failure is never its task's: re-run without counting towards quarantine
+            # (an engine outage would otherwise quarantine the whole pool in seconds; a run whose
+            # engines stay dead is found by the engine set, and by the watchdog: infra errors are
+            # no progress).
+            if traj.attempt < self.cfg.max_infra_retries or traj.infra_source == InfraSource.ENGINE.value:
                 # Re-run only this member; the rest of the group waits in the buffer.
                 retry = WorkItem(group.task, group.task_id, group.group_id, traj.member, traj.attempt + 1,
                                  self.version, self._rng.randrange(2**31))

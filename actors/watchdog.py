@@ -2,8 +2,10 @@
 sees (an engine that takes requests and never answers while its health probe still passes, an
 episode loop stuck outside any call) would otherwise stall a run in silence.
 
-Progress is a trajectory finishing (the collector's `admitted - in_flight` grows) or a step
-completing. When neither happens for deadlines.progress_s while the driver waits for a batch, it
+Progress is a scored trajectory finishing (the collector's `buffered + trained + dropped_stale`
+passes its highest value so far) or a step completing. Infra errors are not progress: an engine
+that fails every call fast (the router finds it silent and counts it dead) keeps episodes busy
+failing, and the run would otherwise spin on re-runs forever. When neither happens for deadlines.progress_s while the driver waits for a batch, it
 dumps who is waiting on what to the log and heals as for a dead role: a rollback to the newest
 checkpoint (actors/supervisor.py), bounded like every other.
 """
@@ -15,7 +17,7 @@ from typing import Optional
 class Watchdog:
     def __init__(self, progress_s: float, now_s: float):
         self.progress_s = progress_s
-        self._finished: Optional[int] = None
+        self._scored: Optional[int] = None  # the most scored trajectories seen so far
         self._since_s = now_s
 
     def step_done(self, now_s: float) -> None:
@@ -25,9 +27,9 @@ class Watchdog:
         """Seconds without progress once they reach progress_s, else None. Nothing in flight is
         no excuse: the driver is waiting for a batch, and with no work out none can come (tasks
         all quarantined end the run earlier, by name)."""
-        finished = accounting["admitted"] - accounting["in_flight"]
-        if finished != self._finished:
-            self._finished, self._since_s = finished, now_s
+        scored = accounting["buffered"] + accounting["trained"] + accounting["dropped_stale"]
+        if self._scored is None or scored > self._scored:
+            self._scored, self._since_s = scored, now_s
             return None
         stalled_s = now_s - self._since_s
         return stalled_s if stalled_s >= self.progress_s else None

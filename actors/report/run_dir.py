@@ -97,7 +97,7 @@ class RunDir:
 
     def record_event(self, event: str, **fields) -> None:
         """One line of the run's life in events.jsonl (`start`, `resume`, `done`, with the step and
-        version): what scripts and checks read, so that the console's wording stays free to change."""
+        version; `rollback`, with the failed role and the cause): what scripts and checks read, so that the console's wording stays free to change."""
         write_jsonl(self.events_path, [{"event": event, "time": round(time.time(), 3), **fields}], mode="a")
 
     def events(self) -> list[dict]:

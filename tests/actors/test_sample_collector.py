@@ -136,6 +136,18 @@ def test_task_quarantined_after_repeated_infra_errors():
     assert acc["quarantined"] == 1 and acc["infra_excluded"] == 1
 
 
+def test_an_engines_failures_never_quarantine_the_task():
+    # A dead or silent engine fails every member that meets it: none of that is the task's doing.
+    c = make(retries=0)
+    items = drain(c)
+    c.submit(finish(items[0], outcome="infra_error", infra_source="engine"))
+    rerun = c.acquire()
+    assert (rerun.task_id, rerun.member, rerun.attempt) == (items[0].task_id, items[0].member, 1)
+    c.submit(finish(rerun, outcome="infra_error", infra_source="engine"))
+    acc = c.accounting()
+    assert acc["quarantined_tasks"] == {} and acc["infra_excluded"] == 2 and acc["quarantined"] == 0
+
+
 def test_a_dead_group_gives_its_admission_capacity_back():
     c = make(retries=0, groups_per_batch=1, max_staleness=0)  # capacity: one group
     items = drain(c)

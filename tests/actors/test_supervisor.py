@@ -119,18 +119,41 @@ def test_an_engine_that_takes_requests_and_never_answers_is_found_by_the_watchdo
     tolerate any number of missed health probes. No call fails (generate_s is an hour); only the
     run-level watchdog can end the wait: it dumps who waits on what and rolls the run back."""
     cfg = small(tmp_path, swerve_cache, "never-answers", "deadlines.progress_s=20", "run.status_interval_s=1",
-                "deadlines.engine_health_misses=1000000", "deadlines.engine_health_s=2", "engine.health_interval_s=1")
+                "deadlines.engine_health_misses=1000000", "deadlines.engine_health_s=2", "engine.health_interval_s=1",
+                "trainer.total_steps=2")
     ns = f"swerve-{cfg.run.name}"
     stopped = []
     fault = AfterStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "engine-0", "server", signal.SIGSTOP)),
                       step=0, ready=lambda: _playing(ns))
-    acc = finished_whole(train(cfg))
+    path = train(cfg)
+    acc = finished_whole(path, steps=2)
     log = capfd.readouterr().out
     assert stopped and acc["restarts"]["run"] == 1 and acc["restarts"]["engine"] == 0
+    events = [e for e in map(json.loads, (path / "events.jsonl").read_text().splitlines()) if e["event"] == "rollback"]
+    assert [e["role"] for e in events] == ["run"] and "deadlines.progress_s" in events[0]["cause"]
     dump = log[log.index("run stalled"):]
     assert "(deadlines.progress_s)" in dump and "driver: waiting on collector.next_batch" in dump
     assert "engine: " in dump and "in_flight=" in dump
     print(f"watchdog: fault to next finished step {fault.heal_s} s (progress_s 20)")
+
+
+@pytest.mark.slow
+def test_a_collector_call_that_never_returns_is_ended_by_its_deadline(ray_session, swerve_cache, tmp_path):
+    """The collector stopped (SIGSTOP) after the first step: the driver's next call to it never
+    returns (a book call, or the snapshot of step 1's checkpoint), the collector's handle ends the
+    wait at its deadline, names the role and the run rolls back. (The watchdog cannot be the one: it reads the books
+    from that same collector.)"""
+    cfg = small(tmp_path, swerve_cache, "collector-hangs", "deadlines.collector_call_s=10", "deadlines.checkpoint_s=10",
+                "trainer.total_steps=2")
+    ns = f"swerve-{cfg.run.name}"
+    stopped = []
+    AfterStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "collector", "actor", signal.SIGSTOP)))
+    path = train(cfg)
+    acc = finished_whole(path, steps=2)
+    assert stopped and acc["restarts"]["collector"] == 1 and acc["restarts"]["run"] == 0
+    rollbacks = [e for e in map(json.loads, (path / "events.jsonl").read_text().splitlines()) if e["event"] == "rollback"]
+    assert [(e["role"], e["cause"]) for e in rollbacks] == [
+        ("collector", "did not answer within 10 s (hung; deadlines.* in the config)")]
 
 
 @pytest.mark.slow

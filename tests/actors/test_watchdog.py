@@ -1,8 +1,9 @@
 from actors.watchdog import Watchdog, stall_dump
 
 
-def books(admitted, in_flight, buffered=0):
-    return {"admitted": admitted, "in_flight": in_flight, "buffered": buffered, "version": 3, "groups_admitted": 2}
+def books(admitted, in_flight, buffered=0, trained=0, infra_excluded=0):
+    return {"admitted": admitted, "in_flight": in_flight, "buffered": buffered, "trained": trained,
+            "dropped_stale": 0, "infra_excluded": infra_excluded, "version": 3, "groups_admitted": 2}
 
 
 def test_a_run_with_work_in_flight_and_nothing_finishing_is_stalled_after_progress_s():
@@ -15,14 +16,22 @@ def test_a_run_with_work_in_flight_and_nothing_finishing_is_stalled_after_progre
 def test_a_finished_trajectory_or_a_step_resets_the_clock():
     dog = Watchdog(progress_s=60.0, now_s=0.0)
     dog.stalled_s(books(8, 8), 0.0)
-    assert dog.stalled_s(books(9, 8), 50.0) is None  # one finished (admitted - in_flight grew)
-    assert dog.stalled_s(books(9, 8), 100.0) is None  # 50 s since that
-    assert dog.stalled_s(books(9, 8), 111.0) == 61.0
+    assert dog.stalled_s(books(9, 8, buffered=1), 50.0) is None  # one scored trajectory finished
+    assert dog.stalled_s(books(9, 8, buffered=1), 100.0) is None  # 50 s since that
+    assert dog.stalled_s(books(9, 8, buffered=1), 111.0) == 61.0
     dog.step_done(111.0)
-    assert dog.stalled_s(books(9, 8), 150.0) is None
+    assert dog.stalled_s(books(9, 8, buffered=1), 150.0) is None
     # Nothing in flight and no batch coming (admission stuck) is a stall too.
-    assert dog.stalled_s(books(17, 8), 160.0) is None
-    assert dog.stalled_s(books(17, 8), 230.0) == 70.0
+    assert dog.stalled_s(books(17, 0, trained=1), 160.0) is None  # the buffered one was trained: no news
+    assert dog.stalled_s(books(17, 0, trained=1), 230.0) == 119.0
+
+
+def test_infra_errors_are_no_progress():
+    # An engine that fails every call fast: episodes keep finishing, as infra errors, re-run forever.
+    dog = Watchdog(progress_s=60.0, now_s=0.0)
+    dog.stalled_s(books(8, 8, buffered=2), 0.0)
+    for t in range(1, 7):
+        assert dog.stalled_s(books(8 + 10 * t, 8, buffered=2, infra_excluded=10 * t), 10.0 * t) == (60.0 if t == 6 else None)
 
 
 def test_the_dump_says_who_waits_on_what():
