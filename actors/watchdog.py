@@ -38,7 +38,7 @@ class Watchdog:
 def stall_dump(accounting: dict, engines: list[dict], episode_actors: int, stalled_s: float) -> str:
     """Who waits on what, for the log: the driver on the collector's next batch, the collector's
     in-flight work on the episode actors, the episodes on the engines' queues."""
-    lines = [f"run stalled: no trajectory finished and no step completed for {stalled_s:.0f} s "
+    lines = [f"run stalled: no scored trajectory finished and no step completed for {stalled_s:.0f} s "
              f"(deadlines.progress_s); rolling back to the newest checkpoint",
              f"  driver: waiting on collector.next_batch (version {accounting.get('version')})",
              f"  collector: in_flight={accounting['in_flight']} buffered={accounting['buffered']} "

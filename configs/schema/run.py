@@ -112,8 +112,8 @@ class DeadlinesConfig:
     # The GPU placement groups of a run must be ready within this (actors/placement.py): GPUs
     # the cluster declares but others hold are reported, not waited on forever.
     placement_s: float = 600.0
-    # The run-level watchdog (actors/watchdog.py): no trajectory finished and no step completed
-    # for this long while the driver waits for a batch, and the run dumps who waits on what and rolls back
-    # as for a dead role. Above the longest honest episode (rollout.max_episode_seconds) plus its
+    # The run-level watchdog (actors/watchdog.py): no scored trajectory finished (infra errors are
+    # no progress) and no step completed for this long while the driver waits for a batch, and the
+    # run dumps who waits on what and rolls back as for a dead role. Above the longest honest episode (rollout.max_episode_seconds) plus its
     # grading (env.swe.grade_timeout_s).
     progress_s: float = 3600.0
