@@ -30,7 +30,7 @@ from actors.report.run_dir import RunDir
 from actors.report import console
 from actors.report.step_report import progress_figure, status_line, step_metrics, uniform_groups_hint, update_metrics
 from actors.trajectory import Batch
-from actors.watchdog import Watchdog, stall_dump
+from actors.watchdog import Watchdog, failure_dump, stall_dump
 from configs import Config
 from policies.checkpoint import latest_checkpoint
 from envs.validate import trainable_tasks
@@ -173,6 +173,7 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
             run_dir.record_event("done", step=step, version=version)
             return run_dir.path
         except RoleFailure as failure:
+            print(failure_dump(failure, fleet.engine_set.stats(), len(fleet.episodes)), flush=True)
             run_dir.record_event("rollback", role=failure.role, cause=failure.cause)
             supervisor.failed(failure)  # raises past the bounds
             supervisor.fleet_ended(fleet.engine_set.restarts, fleet.episode_replacements)

@@ -61,7 +61,7 @@ class EngineSet:
                 time.sleep(0.2)
         if self.weights is not None:
             wait([handle.update_weights.remote(self.weights, self.version)], [f"engine-{index}"],
-                 self.deadlines.weight_sync_s)
+                 self.deadlines.weight_sync_s, "update_weights")
         self.handles[index] = handle
         self.restarts += 1
         print(f"[swerve] engine-{index} died; replaced, serving v{self.version}", flush=True)

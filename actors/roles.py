@@ -26,18 +26,19 @@ from configs.schema import DeadlinesConfig
 from envs.outcomes import InfraError, InfraSource
 
 
-def wait(refs, roles: Sequence[str], timeout_s: float) -> list:
+def wait(refs, roles: Sequence[str], timeout_s: float, call: str = "") -> list:
     """Every ref's value within one deadline; a death or a missed deadline is a RoleFailure naming
-    the role of the ref that failed."""
+    the role of the ref that failed and the call waited on."""
     deadline = time.monotonic() + timeout_s
     results = []
     for ref, role in zip(refs, roles):
         try:
             results.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
         except RayActorError as err:
-            raise RoleFailure(role, f"died ({str(err).splitlines()[0][:200]})") from err
+            raise RoleFailure(role, f"died ({str(err).splitlines()[0][:200]})", call) from err
         except GetTimeoutError as err:
-            raise RoleFailure(role, f"did not answer within {timeout_s:.0f} s (hung; deadlines.* in the config)") from err
+            raise RoleFailure(role, f"did not answer within {timeout_s:.0f} s (hung; deadlines.* in the config)",
+                              call) from err
     return results
 
 
@@ -52,7 +53,7 @@ class CollectorRole:
 
     def _call(self, method: str, *args, timeout_s: Optional[float] = None):
         ref = getattr(self.actor, method).remote(*args)
-        return wait([ref], [self.role], timeout_s or self.deadlines.collector_call_s)[0]
+        return wait([ref], [self.role], timeout_s or self.deadlines.collector_call_s, method)[0]
 
     def next_batch(self, temperature: float):
         return self._call("next_batch", temperature)
@@ -102,41 +103,45 @@ class TrainerGroup:
     def __len__(self) -> int:
         return len(self.actors)
 
-    def _all(self, refs: list, timeout_s: float) -> list:
-        return wait(refs, self.roles, timeout_s)
+    def _all(self, refs: list, timeout_s: float, call: str) -> list:
+        return wait(refs, self.roles, timeout_s, call)
 
     def join(self) -> None:
         """One process group: shard 0 names the rendezvous, every shard joins it."""
         if not self.actors:
             return
         setup_s = self.deadlines.placement_s
-        address, port = wait([self.actors[0].rendezvous_address.remote()], self.roles[:1], setup_s)[0]
-        self._all([t.join.remote(address, port) for t in self.actors], setup_s)
-        self.layout = self._all([t.dp_rank_and_size.remote() for t in self.actors], setup_s)
+        address, port = wait([self.actors[0].rendezvous_address.remote()], self.roles[:1], setup_s,
+                             "rendezvous_address")[0]
+        self._all([t.join.remote(address, port) for t in self.actors], setup_s, "join")
+        self.layout = self._all([t.dp_rank_and_size.remote() for t in self.actors], setup_s, "dp_rank_and_size")
 
     def train(self, samples: list, temperature: float, tokens: Any, rows: Any) -> list:
         """One update; tensor-parallel peers share a data-parallel rank and so get the same samples."""
         return self._all([t.train_step.remote(samples[rank::size], temperature, tokens, rows)
-                          for t, (rank, size) in zip(self.actors, self.layout)], self.deadlines.train_step_s)
+                          for t, (rank, size) in zip(self.actors, self.layout)], self.deadlines.train_step_s,
+                         "train_step")
 
     def export_weights(self) -> tuple[Any, dict]:
         """(rank 0's state_dict as a Ray reference, rank 0's export metadata); every rank exports
         (a collective on sharded backends) and the driver never fetches the weights themselves."""
         exports = [t.export_weights.options(num_returns=2).remote() for t in self.actors]
-        metas = self._all([meta for meta, _ in exports], self.deadlines.weight_sync_s)
+        metas = self._all([meta for meta, _ in exports], self.deadlines.weight_sync_s, "export_weights")
         return exports[0][1], metas[0]
 
     def save_checkpoint(self, root: str, step: int, extra: dict) -> None:
-        self._all([t.save_checkpoint.remote(root, step, extra) for t in self.actors], self.deadlines.checkpoint_s)
+        self._all([t.save_checkpoint.remote(root, step, extra) for t in self.actors], self.deadlines.checkpoint_s,
+                  "save_checkpoint")
 
     def load_checkpoint(self, path: str) -> list:
-        return self._all([t.load_checkpoint.remote(path) for t in self.actors], self.deadlines.checkpoint_s)
+        return self._all([t.load_checkpoint.remote(path) for t in self.actors], self.deadlines.checkpoint_s,
+                         "load_checkpoint")
 
     def export_hf(self, path: str) -> None:
-        self._all([t.export_hf.remote(path) for t in self.actors], self.deadlines.checkpoint_s)
+        self._all([t.export_hf.remote(path) for t in self.actors], self.deadlines.checkpoint_s, "export_hf")
 
     def close(self) -> None:
-        self._all([t.close.remote() for t in self.actors], self.deadlines.checkpoint_s)
+        self._all([t.close.remote() for t in self.actors], self.deadlines.checkpoint_s, "close")
 
 
 class EpisodeLoops:

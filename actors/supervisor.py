@@ -22,9 +22,10 @@ from configs.schema import RunConfig
 class RoleFailure(Exception):
     """A stateful role (collector, trainer-<r>) died or hung: the run must roll back."""
 
-    def __init__(self, role: str, cause: str):
+    def __init__(self, role: str, cause: str, call: str = ""):
+        """call: the method the caller waited on when it failed ("" when none: the watchdog's)."""
         super().__init__(f"{role}: {cause}")
-        self.role, self.cause = role, cause
+        self.role, self.cause, self.call = role, cause, call
 
 
 class RunAborted(RuntimeError):

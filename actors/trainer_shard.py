@@ -174,7 +174,8 @@ class TrainerShard:
                         for e in engines]
 
             def answered(refs):
-                return wait(refs, [f"engine-{i}" for i in range(len(refs))], timeout_s)
+                return wait(refs, [f"engine-{i}" for i in range(len(refs))], timeout_s,
+                            "update_weights_from_distributed")
 
             stats.update(broadcast_weights_nccl(state.items(), self._weight_group, announce, answered,
                                                 self.cfg.weight_bucket_mb << 20,

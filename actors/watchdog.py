@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from actors.supervisor import RoleFailure
+
 
 class Watchdog:
     def __init__(self, progress_s: float, now_s: float):
@@ -38,13 +40,25 @@ class Watchdog:
 def stall_dump(accounting: dict, engines: list[dict], episode_actors: int, stalled_s: float) -> str:
     """Who waits on what, for the log: the driver on the collector's next batch, the collector's
     in-flight work on the episode actors, the episodes on the engines' queues."""
-    lines = [f"run stalled: no scored trajectory finished and no step completed for {stalled_s:.0f} s "
-             f"(deadlines.progress_s); rolling back to the newest checkpoint",
-             f"  driver: waiting on collector.next_batch (version {accounting.get('version')})",
-             f"  collector: in_flight={accounting['in_flight']} buffered={accounting['buffered']} "
-             f"admitted={accounting['admitted']} groups_admitted={accounting.get('groups_admitted')}",
-             f"  episode actors: {episode_actors} playing"]
+    return "\n".join([f"run stalled: no scored trajectory finished and no step completed for {stalled_s:.0f} s "
+                      f"(deadlines.progress_s); rolling back to the newest checkpoint",
+                      f"  driver: waiting on collector.next_batch (version {accounting.get('version')})",
+                      f"  collector: in_flight={accounting['in_flight']} buffered={accounting['buffered']} "
+                      f"admitted={accounting['admitted']} groups_admitted={accounting.get('groups_admitted')}",
+                      *_fleet(engines, episode_actors)])
+
+
+def failure_dump(failure: RoleFailure, engines: list[dict], episode_actors: int) -> str:
+    """At every rollback, for the log: the role that failed, the call the driver waited on, and
+    the rest of the fleet (the failed role itself is not asked: it may be the one that hangs)."""
+    waited = f"{failure.role}.{failure.call}" if failure.call else "progress (deadlines.progress_s)"
+    return "\n".join([f"rollback: {failure.role} {failure.cause}", f"  driver: waiting on {waited}",
+                      *_fleet(engines, episode_actors)])
+
+
+def _fleet(engines: list[dict], episode_actors: int) -> list[str]:
+    lines = [f"  episode actors: {episode_actors} playing"]
     for engine in engines:
         lines.append("  engine: " + " ".join(f"{key}={value}" for key, value in sorted(engine.items())
                                              if not isinstance(value, (dict, list))))
-    return "\n".join(lines)
+    return lines

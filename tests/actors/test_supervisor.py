@@ -4,6 +4,7 @@ balance, nothing is trained twice. Unit tests of the bounds need no Ray."""
 import json
 import logging
 import os
+import re
 import signal
 import time
 
@@ -138,7 +139,7 @@ def test_an_engine_that_takes_requests_and_never_answers_is_found_by_the_watchdo
 
 
 @pytest.mark.slow
-def test_a_collector_call_that_never_returns_is_ended_by_its_deadline(ray_session, swerve_cache, tmp_path):
+def test_a_collector_call_that_never_returns_is_ended_by_its_deadline(ray_session, swerve_cache, tmp_path, capfd):
     """The collector stopped (SIGSTOP) after the first step: the driver's next call to it never
     returns (a book call, or the snapshot of step 1's checkpoint), the collector's handle ends the
     wait at its deadline, names the role and the run rolls back. (The watchdog cannot be the one: it reads the books
@@ -154,6 +155,9 @@ def test_a_collector_call_that_never_returns_is_ended_by_its_deadline(ray_sessio
     rollbacks = [e for e in map(json.loads, (path / "events.jsonl").read_text().splitlines()) if e["event"] == "rollback"]
     assert [(e["role"], e["cause"]) for e in rollbacks] == [
         ("collector", "did not answer within 10 s (hung; deadlines.* in the config)")]
+    dump = capfd.readouterr().out.split("rollback: collector did not answer within 10 s")[1]
+    assert re.match(r"[^\n]*\n  driver: waiting on collector\.(snapshot|next_batch|accounting|set_version)\n", dump)
+    assert "  engine: " in dump and "episode actors: 4 playing" in dump
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-from actors.watchdog import Watchdog, stall_dump
+from actors.supervisor import RoleFailure
+from actors.watchdog import Watchdog, failure_dump, stall_dump
 
 
 def books(admitted, in_flight, buffered=0, trained=0, infra_excluded=0):
@@ -38,3 +39,10 @@ def test_the_dump_says_who_waits_on_what():
     text = stall_dump(books(8, 8, 1), [{"index": 0, "running": 4, "queued": 12, "history": [1]}], 4, 3600.0)
     assert "3600 s" in text and "collector.next_batch" in text and "in_flight=8" in text
     assert "engine: index=0 queued=12 running=4" in text and "history" not in text
+
+
+def test_every_rollback_dumps_the_call_that_failed_and_the_fleet():
+    text = failure_dump(RoleFailure("trainer-1", "did not answer within 20 s", "train_step"),
+                        [{"index": 0, "running": 2, "queued": 0}], 4)
+    assert text.splitlines()[:2] == ["rollback: trainer-1 did not answer within 20 s", "  driver: waiting on trainer-1.train_step"]
+    assert "episode actors: 4 playing" in text and "engine: index=0 queued=0 running=2" in text
