@@ -51,7 +51,7 @@ def wait_for_batch(fleet: Fleet, cfg: Config, exporter: MetricsExporter, watchdo
         if time.monotonic() >= next_status:
             acc = fleet.collector.accounting()
             if acc["tasks_exhausted"]:
-                raise RuntimeError(f"every task is quarantined, nothing left to train on: {acc['quarantined_tasks']}")
+                raise RuntimeError(f"nothing left to train on: {acc['tasks_exhausted']}")
             exporter.export(acc)  # live counters while the trainer waits
             stalled_s = watchdog.stalled_s(acc, time.monotonic())
             if stalled_s is not None:

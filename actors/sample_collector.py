@@ -337,6 +337,17 @@ class SampleCollector(WorkSource):
         return {"accounting": self.accounting(), "last_batch": dict(self.last_batch_stats),
                 "oldest_in_flight_version": oldest, "pending": len(self._pending)}
 
+    def exhausted(self) -> Optional[str]:
+        """Why no batch can ever come (None: one still can): every task of a list is quarantined, or
+        a stream ran dry and its last work finished. A stream that ran dry while work is pending or
+        in flight is not exhausted: that work may still complete the batch."""
+        if self.table.exhausted(list(self.quarantined_tasks)):
+            return f"every task is quarantined: {dict(self.quarantined_tasks)}"
+        if self.picker.stream_ran_dry() and not self._pending and not self.counts["in_flight"]:
+            return (f"the task stream of {self.table.stream.source} ended and every one of its tasks was "
+                    f"rolled out ({self.counts['buffered']} trajectories buffered, not a whole batch)")
+        return None
+
     def accounting(self) -> dict:
         """Counters plus the identity check; raises AccountingError when it does not hold."""
         c = self.counts
@@ -349,7 +360,7 @@ class SampleCollector(WorkSource):
         return {
             **c,
             "identity_holds": True,
-            "tasks_exhausted": self.table.exhausted(list(self.quarantined_tasks)) or self.picker.stream_ran_dry(),
+            "tasks_exhausted": self.exhausted(),
             "readmitted_after_restart": self.readmitted,
             "version": self.version,
             "groups_admitted": self.groups_admitted,

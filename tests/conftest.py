@@ -19,8 +19,17 @@ def swerve_cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("swerve-cache"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def task_cache(tmp_path_factory):
+    """Task workspaces, stream rows and quarantine records of the whole session, out of the user's
+    cache. Set before Ray starts: its workers inherit it, where a test's monkeypatch never reaches
+    (a stream's rows once outlived their test run there, in ~/.cache/swerve)."""
+    os.environ["SWERVE_CACHE_DIR"] = str(tmp_path_factory.mktemp("task-cache"))
+    return os.environ["SWERVE_CACHE_DIR"]
+
+
 @pytest.fixture(scope="session")
-def ray_session():
+def ray_session(task_cache):
     """One local Ray for the whole test session (starting one costs ~5 s)."""
     import ray
 

@@ -181,7 +181,49 @@ def test_all_tasks_quarantined_is_reported():
     item = c.acquire()
     c.submit(finish(item, outcome="infra_error", infra_source="sandbox"))
     assert c.acquire() is None
-    assert c.accounting()["tasks_exhausted"] is True
+    assert "every task is quarantined" in c.accounting()["tasks_exhausted"]
+
+
+class EndedStream:
+    """A stream that made `count` tasks and ended (a repository's bugs ran out)."""
+
+    def __init__(self, inner, count):
+        self.inner, self.count, self.source = inner, count, "a small repository"
+
+    def task(self, index):
+        if index >= self.count:
+            raise IndexError(index)
+        return self.inner.task(index)
+
+    def index_of(self, task_id):
+        return self.inner.index_of(task_id)
+
+    def available(self):
+        return self.count
+
+    def finished(self):
+        return True
+
+    def close(self):
+        self.inner.close()
+
+
+def test_a_stream_that_ran_dry_is_exhausted_only_once_its_last_work_finished(tmp_path, monkeypatch):
+    from envs.micro_stream import MicroStream
+
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = RolloutConfig(groups_per_batch=3, group_size=2, max_staleness=1, task_selection="pass_rate")
+    c = SampleCollector(cfg, EndedStream(MicroStream(seed=0), 2), [], seed=0)
+    items = drain(c)
+    assert len(items) == 4  # both tasks, one group each: the stream ran dry
+    assert c.accounting()["tasks_exhausted"] is None  # their work may still make a batch
+    for item in items[:-1]:
+        c.submit(finish(item, reward=float(item.member)))
+    assert c.accounting()["tasks_exhausted"] is None
+    c.submit(finish(items[-1]))
+    assert c.next_batch(1.0) is None  # 2 groups, 3 wanted: no batch can ever come
+    why = c.accounting()["tasks_exhausted"]
+    assert "a small repository ended" in why and "4 trajectories buffered" in why
 
 
 def test_snapshot_restore_readmits_in_flight_and_trains_nothing_twice():
