@@ -96,7 +96,6 @@ class EpisodeActor:
         sticky_key = f"{self.name}/{self.episodes}"
         conv = None
         faults_before = self._faults_injected()
-        sandbox_failures = getattr(self.sandbox, "failures", 0)
         try:
             options = {"task": work.task, "sandbox": self.sandbox}
             if self.harness is not None:
@@ -117,11 +116,6 @@ class EpisodeActor:
             self._renew_env()
         finally:
             self.engines.release(sticky_key)
-        if not traj.is_infra_error and getattr(self.sandbox, "failures", 0) > sandbox_failures:
-            # The sandbox died under a call whose error the env absorbed (patch capture does): the
-            # episode's record is incomplete, so it is an infra error like any other, never scored.
-            err = self.sandbox.last_failure
-            self._mark_infra(traj, err.source, f"sandbox failure absorbed by the env: {err}")
         if isinstance(conv, ChatSession):
             self._take_segments(conv, traj)
         elif conv is not None:

@@ -75,14 +75,6 @@ class FaultySandbox:
         self.lease, self.plan = lease, plan
         self._test_command: Optional[str] = None
 
-    @property
-    def failures(self) -> int:
-        return self.lease.failures
-
-    @property
-    def last_failure(self) -> Optional[InfraError]:
-        return self.lease.last_failure
-
     def _maybe_kill(self) -> None:
         if self.plan.draw("sandbox_kill", self.plan.cfg.sandbox_kill_rate):
             self.lease.kill()

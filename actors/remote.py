@@ -24,7 +24,7 @@ from policies.server.process import SERVER_COMMANDS
 from policies.sim_engine import SimEngine
 from configs.schema import DeadlinesConfig, EngineConfig, SandboxConfig
 from configs.schema.engine import check_backend_registry
-from envs.outcomes import InfraError, InfraSource
+from envs.outcomes import ActorLost, InfraError, InfraSource
 from envs.sandbox import ExecResult
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,12 @@ def remote_trainer():
 
 def ray_call(handle, method: str, *args, source: InfraSource, timeout_s: float):
     """Call a method of an actor and wait at most timeout_s (a deadline from configs DeadlinesConfig);
-    a death is an InfraError of `source`, a missed deadline one of TIMEOUT."""
+    a death is ActorLost of `source`, a missed deadline ActorLost of TIMEOUT."""
     try:
         return ray.get(getattr(handle, method).remote(*args), timeout=timeout_s)
     except (RayActorError, GetTimeoutError) as err:
         kind = InfraSource.TIMEOUT if isinstance(err, GetTimeoutError) else source
-        raise InfraError(kind, f"{method} on {source.value} actor failed: {type(err).__name__}: {err}") from err
+        raise ActorLost(kind, f"{method} on {source.value} actor failed: {type(err).__name__}: {err}") from err
 
 
 def engine_call(handle, method: str, *args, timeout_s: float):
@@ -120,10 +120,6 @@ class SandboxLease:
         self.resource = resource
         self._handle = None
         self.generation = 0
-        # Calls that failed as InfraError, and the last of them: an env may swallow one (e.g. while
-        # capturing a patch), and the episode actor still must not score that episode.
-        self.failures = 0
-        self.last_failure: Optional[InfraError] = None
 
     def _actor(self):
         if self._handle is None:
@@ -139,11 +135,9 @@ class SandboxLease:
         handle = self._actor()
         try:
             return ray_call(handle, method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
-        except InfraError as err:
+        except InfraError:
             ray.kill(handle)  # a hung actor is ended too; the next start replaces it
             self._handle = None
-            self.failures += 1
-            self.last_failure = err
             raise
 
     def kill(self) -> None:

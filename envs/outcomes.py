@@ -35,6 +35,12 @@ class InfraError(RuntimeError):
         self.source = source
 
 
+class ActorLost(InfraError):
+    """The process behind a call is gone: its actor died or missed the call's deadline
+    (actors/remote.py `ray_call`). Never the agent's doing, whatever the call was: a grader that
+    forgives a failed workspace reset as the agent's must not forgive this one."""
+
+
 class TaskRefused(InfraError):
     """A task this run's settings cannot run as it asks (a network the sandboxes lack): never the
     agent's, so never scored; the task is re-run and, refused again, quarantined with this reason."""

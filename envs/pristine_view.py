@@ -18,7 +18,7 @@ from typing import Dict, Optional
 from configs.schema import SandboxConfig, SWEEnvConfig
 from envs import harbor_verifier
 from envs.grader import GradeResult, grade, grader_written_paths
-from envs.outcomes import InfraError, InfraSource, WorkspaceError
+from envs.outcomes import ActorLost, InfraError, InfraSource, WorkspaceError
 from envs.protection import classify, is_tool_output, local_modules, source_reason
 from envs.sandbox import Sandbox
 from envs.tasks import Task
@@ -57,7 +57,7 @@ class Verdict:
     reason: str = ""
 
 
-def capture_change(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnvConfig) -> CapturedChange:
+def take_change_and_reset(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWEEnvConfig) -> CapturedChange:
     """Read the agent's change, then reset the workspace to its pristine state.
 
     Everything here is bounded by env.swe (entries, depth, path bytes, file and change bytes):
@@ -108,11 +108,15 @@ def _refused(sandbox: Sandbox, task: Task, reason: str, tampered: Optional[Dict[
 
 def reset_or_replace(sandbox: Sandbox, task: Task) -> str:
     """Reset the workspace; when what the agent left defeats the reset, the sandbox is replaced
-    by a fresh lease on the same task and the attempt is refused ("" when the reset worked). A
-    fresh lease that cannot start either is the machinery's failure: InfraError."""
+    by a fresh lease on the same task and the attempt is refused ("" when the reset worked): a
+    restore the backend could not complete is blamed on what the agent left, since a fresh lease
+    on the same task works. A sandbox actor that died or missed its deadline (ActorLost), or a
+    fresh lease that cannot start, is the machinery's failure: raised, never the agent's 0."""
     try:
         sandbox.reset()
         return ""
+    except ActorLost:
+        raise
     except Exception as error:  # noqa: BLE001 - whatever the agent left, the lease is replaced below
         log.warning("reset of %s failed (%s: %s): replacing its sandbox", task.id, type(error).__name__, error)
         sandbox.close()
@@ -178,7 +182,7 @@ def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWE
     a container of its own). With swe.tamper_scores_zero a tampering attempt is unresolved
     without running the tests; an altered pristine copy, an unlistable workspace or a refused
     change always is."""
-    change = capture_change(sandbox, task, pristine, swe)
+    change = take_change_and_reset(sandbox, task, pristine, swe)
     if change.refused:
         return Verdict(resolved=False, change=change, reason=change.refused)
     # Without a trustworthy pristine view there is nothing honest to grade, whatever the switch.

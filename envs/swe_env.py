@@ -11,7 +11,6 @@ override them.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from typing import Any, Optional, TypeVar, Union
 
@@ -22,13 +21,12 @@ from envs.actions import COMMAND, FORMAT_ERROR, parse_action
 from envs.loaders import load_tasks
 from envs.local_sandbox import LocalSandbox
 from envs.outcomes import InfraError, InfraSource, Outcome
-from envs.pristine_view import capture_change, grade_on_pristine
+from envs.pristine_view import grade_on_pristine, take_change_and_reset
 from envs.sandbox import Sandbox
 from envs.tasks import Task
 from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
 from envs.workspace_change import ListingError, Manifest, take_manifest
 
-log = logging.getLogger(__name__)
 
 Section = TypeVar("Section")
 
@@ -176,16 +174,13 @@ class SWEEnv(gymnasium.Env):
     def final_change(self) -> tuple[str, dict]:
         """For an episode a cap ended: the allowed part of the workspace's change as a unified
         diff (SWE-bench's `model_patch`; see envs/protection.py) and the protected paths it
-        touched (path -> why). It resets the workspace, so only at an episode's end. ("", {})
-        when it cannot be computed: capturing a patch never fails an episode."""
+        touched (path -> why). It resets the workspace, so only at an episode's end; ("", {})
+        before one started. InfraError when the sandbox fails under it: the episode's record is
+        then incomplete, and its caller ends the episode as that infra error."""
         if self._sandbox is None or self.task is None or self._pristine is None:
             return "", {}
-        try:
-            change = capture_change(self._sandbox, self.task, self._pristine, self.config)
-            return change.model_patch, dict(change.tampered)
-        except Exception as err:  # noqa: BLE001 - the patch is a report, not part of the episode
-            log.warning("model_patch of %s not captured: %s: %s", self.task.id, type(err).__name__, err)
-        return "", {}
+        change = take_change_and_reset(self._sandbox, self.task, self._pristine, self.config)
+        return change.model_patch, dict(change.tampered)
 
     @property
     def sandbox(self) -> Optional[Sandbox]:

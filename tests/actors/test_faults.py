@@ -74,7 +74,7 @@ class RecordingLease:
     """The SandboxLease surface the wrapper uses, recording what reached it."""
 
     def __init__(self):
-        self.calls, self.kills, self.failures, self.last_failure = [], 0, 0, None
+        self.calls, self.kills = [], 0
 
     def kill(self):
         self.kills += 1

@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from configs.schema import SandboxConfig, SWEEnvConfig
-from envs.outcomes import InfraError, InfraSource
-from envs.pristine_view import capture_change, conflicts, grade_on_pristine
+from envs.outcomes import ActorLost, InfraError, InfraSource
+from envs.pristine_view import conflicts, grade_on_pristine, take_change_and_reset
 from envs.workspace_change import Manifest, take_manifest
 
 SWE = SWEEnvConfig(grade_timeout_s=60.0)
@@ -39,12 +39,12 @@ def test_change_beyond_the_bounds_is_refused_unread(make_sandbox, task_by_id):
     pristine = take_manifest(sandbox, SWE)
     sandbox.exec("for i in 1 2 3; do head -c 2000 /dev/zero | tr '\\0' x > blob$i.txt; done")
     small = dataclasses.replace(SWE, max_change_bytes=5000)
-    change = capture_change(sandbox, task, pristine, small)
+    change = take_change_and_reset(sandbox, task, pristine, small)
     assert "6000 changed bytes, more than env.swe.max_change_bytes=5000" in change.refused
     assert change.written == {} and change.model_patch == ""
     assert take_manifest(sandbox, SWE) == pristine  # reset all the same
     sandbox.exec("for i in 1 2 3; do echo > f$i.py; done")
-    assert "env.swe.max_changed_files=2" in capture_change(sandbox, task, pristine,
+    assert "env.swe.max_changed_files=2" in take_change_and_reset(sandbox, task, pristine,
                                                             dataclasses.replace(SWE, max_changed_files=2)).refused
 
 
@@ -64,6 +64,27 @@ def test_a_reset_the_workspace_defeats_replaces_the_sandbox(make_sandbox, task_b
     verdict = grade_on_pristine(sandbox, task, pristine, SWE, SandboxConfig())
     assert not verdict.resolved and "the sandbox was replaced" in verdict.reason and verdict.result is None
     assert take_manifest(sandbox, SWE) == pristine and sandbox.exec("true").exit_code == 0
+
+
+def test_a_sandbox_that_dies_under_the_reset_is_an_infra_error_not_the_agents_refusal(make_sandbox, task_by_id,
+                                                                                    monkeypatch):
+    """A dead lease is the machinery's failure: it reaches the episode as InfraError (never scored,
+    never trained), where swallowing it would score the agent 0 for a crash it did not cause."""
+    task = task_by_id["textkit-003"]
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    pristine = take_manifest(sandbox, SWE)
+    sandbox.exec("echo 'x = 1' > extra.py")
+
+    def dies():
+        raise ActorLost(InfraSource.SANDBOX, "reset on sandbox actor failed: RayActorError")
+
+    monkeypatch.setattr(sandbox, "reset", dies)
+    with pytest.raises(InfraError, match="RayActorError") as error:
+        take_change_and_reset(sandbox, task, pristine, SWE)
+    assert error.value.source is InfraSource.SANDBOX
+    with pytest.raises(InfraError):  # also where the change is refused before it is read
+        take_change_and_reset(sandbox, task, pristine, dataclasses.replace(SWE, max_changed_files=0))
 
 
 def test_a_task_whose_test_patch_fails_unchanged_is_an_infra_error(make_sandbox, task_by_id):

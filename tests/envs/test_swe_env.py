@@ -7,7 +7,7 @@ from gymnasium.utils.env_checker import check_env
 import envs  # noqa: F401  (registers the environments)
 from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
 from envs.local_sandbox import LocalSandbox
-from envs.outcomes import InfraError, InfraSource
+from envs.outcomes import ActorLost, InfraError, InfraSource
 from envs.swe_env import SWEEnv
 
 
@@ -22,6 +22,7 @@ def bash(command: str) -> str:
     return f"I will run this.\n```bash\n{command}\n```\n"
 
 
+@pytest.mark.slow
 def test_make_and_check_env_pass_without_warnings(tmp_path):
     environment = gymnasium.make("swerve/SWE-v0", sandbox={"workdir_root": str(tmp_path)})
     with warnings.catch_warnings(record=True) as caught:
@@ -31,6 +32,7 @@ def test_make_and_check_env_pass_without_warnings(tmp_path):
     environment.close()
 
 
+@pytest.mark.slow
 def test_fix_through_step_and_submit(env, task_by_id):
     task = task_by_id["textkit-003"]
     observation, info = env.reset(seed=0, options={"task": task})
@@ -66,6 +68,7 @@ def test_consecutive_format_errors_end_the_episode(env, task_by_id):
     assert (reward, terminated, info["outcome"]) == (0.0, True, "format_error")
 
 
+@pytest.mark.slow
 def test_random_actions_never_run_commands(tmp_path, task_by_id):
     environment = SWEEnv(max_consecutive_format_errors=10_000, sandbox={"workdir_root": str(tmp_path)})
     environment.reset(seed=1, options={"task": task_by_id["textkit-001"]})
@@ -106,6 +109,7 @@ def test_oversized_replies_and_commands_are_format_errors_and_the_episode_goes_o
     assert observation == "exit code: 0\nstill-here\n" and not terminated
 
 
+@pytest.mark.slow
 def test_seeded_reset_picks_the_same_task(env):
     first = env.reset(seed=5)[1]["task_id"]
     assert env.reset(seed=5)[1]["task_id"] == first
@@ -120,6 +124,28 @@ def test_passed_sandbox_is_used_and_its_loss_propagates(env, tmp_path, task_by_i
     with pytest.raises(InfraError) as error:
         env.step(bash("ls"))
     assert error.value.source is InfraSource.SANDBOX
+
+
+def test_a_lease_lost_while_the_final_change_is_taken_ends_the_episode_as_that_infra_error(env, tmp_path, task_by_id,
+                                                                                          monkeypatch):
+    """A cap ended the episode and its change is read back: a sandbox that dies then leaves the
+    record incomplete, so the error reaches the episode (infra_error, never scored), not a quiet
+    empty patch."""
+    sandbox = LocalSandbox(SandboxConfig(workdir_root=str(tmp_path)))
+    env.reset(options={"task": task_by_id["textkit-001"], "sandbox": sandbox})
+    env.step(bash("echo 'x = 1' > extra.py"))
+
+    def dies():
+        raise ActorLost(InfraSource.SANDBOX, "reset on sandbox actor failed: RayActorError")
+
+    monkeypatch.setattr(sandbox, "reset", dies)
+    with pytest.raises(InfraError, match="RayActorError"):
+        env.final_change()
+    for _ in range(2):
+        env.step("no block")
+    with pytest.raises(InfraError, match="RayActorError"):  # the format-error end takes it too
+        env.step("no block")
+    sandbox.close()
 
 
 def test_close_ends_a_passed_lease(tmp_path, task_by_id):
@@ -167,6 +193,7 @@ def test_an_unlistable_workspace_is_the_agents_doing_not_an_infra_error(tmp_path
     environment.close()
 
 
+@pytest.mark.slow
 def test_running_the_tests_and_tools_is_not_tampering(env, task_by_id):
     """What an honest agent leaves behind (pytest's cache, an editable install's metadata, a
     scratch script) is dropped from the graded view without a flag."""
