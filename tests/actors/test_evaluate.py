@@ -112,6 +112,7 @@ def test_a_dead_eval_episode_actors_attempts_are_rerun_not_lost():
     assert sorted(t.outcome for t in queue.results()) == ["resolved", "unresolved"]
 
 
+@pytest.mark.slow
 def test_swe_env_reports_the_workspace_diff_as_model_patch(tmp_path):
     import gymnasium
 

@@ -2,6 +2,8 @@
 that has handed out thousands of tasks leaves the tokenizer and every cached model as they were."""
 import os
 
+import pytest
+
 from actors.policy_setup import ensure_policy
 from configs import load_config
 from envs import micro
@@ -12,6 +14,7 @@ def _mtimes(*dirs):
     return {os.path.join(d, name): os.stat(os.path.join(d, name)).st_mtime_ns for d in dirs for name in os.listdir(d)}
 
 
+@pytest.mark.slow
 def test_the_tokenizer_and_cached_model_do_not_change_when_the_tasks_grow(tmp_path, monkeypatch):
     monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "tasks"))
     cfg = load_config("tests/smoke.yaml", [f"model.cache_dir={tmp_path}", f"tokenizer.cache_dir={tmp_path}"])

@@ -208,6 +208,7 @@ class EndedStream:
         self.inner.close()
 
 
+@pytest.mark.slow
 def test_a_stream_that_ran_dry_is_exhausted_only_once_its_last_work_finished(tmp_path, monkeypatch):
     from envs.micro_stream import MicroStream
 

@@ -37,6 +37,7 @@ def test_every_fingerprint_exclusion_names_a_config_key():
         assert fnmatch.filter(keys, pattern), f"{pattern} matches no config key (renamed?)"
 
 
+@pytest.mark.slow
 def test_fingerprints_follow_what_each_stage_reads(tmp_path):
     base = stage_fingerprints(_cfg(tmp_path))
     # Where files and processes go does not change results.

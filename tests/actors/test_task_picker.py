@@ -190,6 +190,7 @@ def run_stream_group(c, rng, family_rate=FAMILY_RATE):
     return items[0].task
 
 
+@pytest.mark.slow
 def test_on_a_stream_every_group_is_a_new_task_and_the_family_near_one_half_is_preferred(stream):
     c, rng = stream_collector(stream), random.Random(1)
     tasks = [run_stream_group(c, rng) for _ in range(120)]
@@ -205,6 +206,7 @@ def test_on_a_stream_every_group_is_a_new_task_and_the_family_near_one_half_is_p
     assert admission["kinds"]["operator/easy"]["value"] > admission["kinds"]["compare/easy"]["value"]
 
 
+@pytest.mark.slow
 def test_groups_admitted_at_random_measure_the_streams_own_mix_which_the_curriculum_does_not(stream):
     # Every family but operator is always solved: the stream's mix passes 90%, but the picker
     # spends its groups on operator (the only one with a gradient), so train_pass_rate is lower.
@@ -226,6 +228,7 @@ def test_groups_admitted_at_random_measure_the_streams_own_mix_which_the_curricu
     assert u.last_batch_stats["pass_rate_at_random"] == u.last_batch_stats["train_pass_rate"]
 
 
+@pytest.mark.slow
 def test_a_restarted_stream_collector_keeps_its_estimates_and_draws_no_task_twice(stream):
     c, rng = stream_collector(stream), random.Random(2)
     before = [run_stream_group(c, rng).id for _ in range(30)]
@@ -238,6 +241,7 @@ def test_a_restarted_stream_collector_keeps_its_estimates_and_draws_no_task_twic
     assert not set(after) & set(before) and restored.accounting()["identity_holds"]
 
 
+@pytest.mark.slow
 def test_without_evidence_the_stream_is_taken_in_order_and_uniform_walks_it(stream):
     p = PassRatePicker(TaskTable(stream), random.Random(0), group_size=8, half_life_versions=4.0, explore_fraction=0.0)
     assert [p.pick(version=0, excluded=()) for _ in range(5)] == [0, 1, 2, 3, 4]  # every kind worth 1/2
@@ -245,6 +249,7 @@ def test_without_evidence_the_stream_is_taken_in_order_and_uniform_walks_it(stre
     assert [u.pick(0, excluded={1}) for _ in range(3)] == [0, 2, 3]
 
 
+@pytest.mark.slow
 def test_unseen_tasks_of_a_list_are_drawn_by_their_kind(tmp_path, monkeypatch):
     monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
     from envs.loaders import load_tasks

@@ -72,6 +72,7 @@ def test_list_reports_skipped_rows_and_bad_sources(tmp_path, capsys):
     assert main(["tasks", "list", "--source", str(path), "--format", "csv"]) == 2
 
 
+@pytest.mark.slow
 def test_validate_builtin_subset_exits_zero(tmp_path, capsys):
     quarantine = tmp_path / "q.json"
     assert main(["tasks", "validate", "tasks.ids=[textkit-001,inventory-001]", f"tasks.quarantine_file={quarantine}"]) == 0
@@ -82,6 +83,7 @@ def test_validate_builtin_subset_exits_zero(tmp_path, capsys):
     assert json.loads(quarantine.read_text()) ["tasks"] == {}
 
 
+@pytest.mark.slow
 def test_validate_quarantines_a_broken_task_and_exits_nonzero(tmp_path, capsys):
     path = synth_rows(tmp_path, {"calc-good": BUG, "calc-harmless": HARMLESS})
     assert main(["tasks", "validate", "--source", str(path)]) == 1

@@ -14,6 +14,7 @@ from policies.server.process import free_port
 from tests.policies.train_batches import batch_a, batch_b, grads, num_loss_tokens, samples
 
 
+@pytest.mark.slow
 def test_construction_builds_nothing_until_join_or_first_use(model_path):
     shard = TrainerShard(0, 1, TrainerConfig(), model_path, seed=0)
     assert shard.trainer is None
@@ -21,12 +22,14 @@ def test_construction_builds_nothing_until_join_or_first_use(model_path):
     assert type(shard.trainer.backend).__name__ == "TorchBackend" and shard.trainer.optimizer is not None
 
 
+@pytest.mark.slow
 def test_rank_of_a_group_must_join_before_training(model_path):
     shard = TrainerShard(1, 2, TrainerConfig(), model_path, seed=0)
     with pytest.raises(RuntimeError, match="join"):
         shard.train_step(samples(), 1.0, 5)
 
 
+@pytest.mark.slow
 def test_rank_zero_already_listens_on_the_rendezvous_port_it_hands_out(model_path):
     # A port merely free when picked can be taken before the store binds it (EADDRINUSE in CI).
     shard = TrainerShard(0, 2, TrainerConfig(), model_path, seed=0)
@@ -120,6 +123,7 @@ def test_two_ranks_match_one_process_over_the_full_batch(model_path, tmp_path):
 
 
 # -- megatron backend through the shard ------------------------------------------------------
+@pytest.mark.slow
 def test_megatron_backend_trains_like_torch_and_resumes(model_path, tmp_path):
     pytest.importorskip("megatron.core")
     batch = batch_a()

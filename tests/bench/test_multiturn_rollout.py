@@ -1,9 +1,12 @@
 """multiturn_rollout: the prefix cache's benchmark measures both sides on the same rollouts."""
 from dataclasses import replace
 
+import pytest
+
 from bench.multiturn_rollout import CONVERSATIONS, HEADLINE, SHAPES, TURNS, multiturn_rollout
 
 
+@pytest.mark.slow
 def test_both_sides_run_the_same_conversations_and_give_the_same_tokens(tiny_cfg):
     cfg = replace(tiny_cfg, rollout=replace(tiny_cfg.rollout, max_tokens_per_turn=8),
                   engine=replace(tiny_cfg.engine, max_context_tokens=4096))

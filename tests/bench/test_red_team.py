@@ -29,6 +29,7 @@ def test_the_catalogue_covers_both_classes_on_every_shape():
             assert sum(1 for a in CATALOGUE if a.klass == klass and fmt in a.formats) >= 4, (klass, fmt)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attempt,fmt", CASES, ids=[f"{a.name}-{f}" for a, f in CASES])
 def test_attempt_ends_as_the_agents_own_outcome(attempt, fmt, env, shapes):
     played = play(attempt, env, shapes[fmt])
@@ -41,6 +42,7 @@ def test_attempt_ends_as_the_agents_own_outcome(attempt, fmt, env, shapes):
         assert played["tampered"], played
 
 
+@pytest.mark.slow
 def test_gold_fix_resolves_on_every_shape(env, shapes):
     from bench.red_team import _episode
 

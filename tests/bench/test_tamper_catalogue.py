@@ -29,6 +29,7 @@ def test_catalogue_spans_every_class():
     assert len({a.name for a in CATALOGUE}) == len(CATALOGUE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attempt", CATALOGUE, ids=lambda a: a.name)
 def test_tamper_attempt_scores_zero_and_is_flagged(attempt, env, task):
     played = play(attempt, env, task)
@@ -62,6 +63,7 @@ def test_attempt_fools_grading_in_the_agents_workspace(attempt, tmp_path, task):
         sandbox.close()
 
 
+@pytest.mark.slow
 def test_answer_is_out_of_reach(env, task):
     attempts = {a.name: a for a in CATALOGUE}
     history = play(attempts["read_history"], env, task)["outputs"][0]
@@ -70,6 +72,7 @@ def test_answer_is_out_of_reach(env, task):
     assert found.splitlines()[1:] == [] or all("site-packages" in line for line in found.splitlines()[1:])
 
 
+@pytest.mark.slow
 def test_a_fix_next_to_a_tamper_scores_zero_or_is_graded_without_it(tmp_path, task):
     fix = f"sed -i 's/{BUGGY_LINE}/{FIXED_LINE}/' textkit/wrap.py"
     conftest = next(a for a in CATALOGUE if a.name == "conftest_pass_every_report").commands[0]

@@ -61,6 +61,7 @@ def test_default_plan_needs_no_gpu():
     assert plan["totals"]["num_gpus"] == 0 and plan["placement_groups"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_swerve_plan_prints_every_role_and_no_gpu_twice(path, capsys):
     from actors.cli import main

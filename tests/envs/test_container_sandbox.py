@@ -73,6 +73,7 @@ _AGENT_TREES = ("python3 -c 'import os; [(os.mkdir(\"d\"), os.chdir(\"d\")) for 
                 " && touch $'bad\\xffname' && echo broken > textkit/case.py")
 
 
+@pytest.mark.slow
 def test_a_container_reset_deletes_deep_many_and_odd_trees_in_place(e2b_box):
     pristine = e2b_box.exec("ls -A; cat textkit/case.py").output
     used = e2b_box._box

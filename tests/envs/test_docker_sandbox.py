@@ -140,6 +140,7 @@ def test_task_image_is_used_and_nothing_uploaded(fake_docker, make_box, task_by_
     assert not any(c[0] == "cp" for c in calls)
 
 
+@pytest.mark.slow
 def test_files_reset_and_path_checks(fake_docker, make_box, task_by_id):
     box = make_box()
     box.start(task_by_id["textkit-001"])
@@ -157,6 +158,7 @@ def test_files_reset_and_path_checks(fake_docker, make_box, task_by_id):
         box.read_file("missing.txt")
 
 
+@pytest.mark.slow
 def test_in_container_deadline_kills_the_command_group(fake_docker, make_box, task_by_id):
     box = make_box()
     box.start(task_by_id["textkit-001"])
@@ -205,6 +207,7 @@ def test_task_setup_runs_as_root_before_the_snapshot_and_its_environment_reaches
     assert "SWERVE_PROBE=activated" in fake_docker()[-2]  # the command's exec, before the leftover sweep
 
 
+@pytest.mark.slow
 def test_a_daemon_that_stops_answering_is_an_infra_error_of_the_sandbox(fake_docker, make_box, task_by_id,
                                                                        monkeypatch):
     box = make_box(docker_cli_timeout_s=1.0)

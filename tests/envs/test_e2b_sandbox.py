@@ -72,6 +72,7 @@ def test_runs_commands_as_root_in_the_uploaded_workspace(box, e2b_env):
     assert box.exec("test -f textkit/case.py && echo yes").output == "yes\n"
 
 
+@pytest.mark.slow
 def test_output_streams_and_is_capped(make_box, task_by_id):
     box = make_box(max_output_bytes=100_000)
     box.start(task_by_id["textkit-001"])
@@ -82,6 +83,7 @@ def test_output_streams_and_is_capped(make_box, task_by_id):
     assert flood.output.startswith("y\ny\n") and flood.output.endswith("END\n")
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_command_and_its_children(box):
     seconds = f"{300 + time.time() % 1:.6f}"
     started = time.monotonic()
@@ -114,6 +116,7 @@ def test_files_read_write_and_paths_stay_in_the_workspace(box):
         box.read_file("missing.txt")
 
 
+@pytest.mark.slow
 def test_reset_restores_the_workspace(box):
     original = box.read_file("textkit/case.py")
     box.exec("echo broken > textkit/case.py; touch extra.txt")
@@ -143,6 +146,7 @@ def test_no_host_secret_reaches_the_sandbox(make_box, task_by_id, e2b_env, monke
     assert all(set(dict(req.process.envs)) <= set(CONTAINER_ENV) for req in e2b_env.process.started)
 
 
+@pytest.mark.slow
 def test_template_timeout_keepalive_and_kill_on_close(make_box, task_by_id, monkeypatch, e2b_env):
     created, renewed, killed = [], [], []
     real_create = e2b.Sandbox.create
@@ -205,6 +209,7 @@ def test_client_deadline_kills_the_command_through_envd(box, e2b_env, monkeypatc
     assert len(e2b_env.process.signals) == before + 1
 
 
+@pytest.mark.slow
 def test_an_owner_that_exits_without_closing_kills_its_sandbox(e2b_env, task_by_id, tmp_path):
     import subprocess
     import sys
@@ -249,6 +254,7 @@ def test_grading_on_the_pristine_view_holds_in_e2b(make_box, task_by_id):
     assert reward == 1.0 and info["tampered"] == {} and "+    if len(text) <= width:" in info["model_patch"]
 
 
+@pytest.mark.slow
 def test_task_setup_runs_once_before_the_snapshot_and_its_environment_reaches_every_command(make_box, task_by_id):
     import dataclasses
 

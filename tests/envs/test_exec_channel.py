@@ -77,6 +77,7 @@ def test_a_crashed_server_is_a_sandbox_infra_error_and_is_restarted(jailed):
     assert jailed.exec("echo back").output == "back\n"
 
 
+@pytest.mark.slow
 def test_a_hung_server_is_a_sandbox_infra_error_after_its_grace(jailed, monkeypatch):
     monkeypatch.setattr(exec_channel, "REPLY_GRACE_S", 0.5)
     hung = _jail_init_pid(jailed)

@@ -57,6 +57,7 @@ def test_every_trace_resolves_and_parses(traces):
         assert [m["role"] for m in messages[2:]] == ["assistant", "user"] * (len(assistant) - 1) + ["assistant"]
 
 
+@pytest.mark.slow
 def test_some_traces_recover_from_a_failing_test(traces):
     counts, rows, _ = traces
     assert counts["with_recovery"] >= 1
@@ -73,12 +74,14 @@ def test_some_traces_recover_from_a_failing_test(traces):
         assert len(edits) == 2
 
 
+@pytest.mark.slow
 def test_file_loads_with_read_traces(traces):
     _, rows, path = traces
     loaded, skipped = read_traces(path, filter_resolved=True)
     assert skipped == 0 and len(loaded) == len(rows)
 
 
+@pytest.mark.slow
 def test_main_writes_traces(tmp_path, capsys):
     out = tmp_path / "one.jsonl"
     assert main(["--out", str(out), "-n", "1", "--ids", "textkit-003", "--no-think"]) == 0

@@ -157,6 +157,7 @@ def check_route(output, name):
         assert lines[label].startswith("blocked:"), (label, lines[label])
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_jailed_harness_reaches_its_own_gateway_and_nothing_else(tmp_path, task_by_id, serve_gateway,
                                                                      host_tcp_server):
@@ -287,6 +288,7 @@ def test_forwarder_passes_half_close_and_more_than_its_buffer_both_ways(tmp_path
         assert proc.wait(timeout=10) == 0  # SIGTERM ends it cleanly
 
 
+@pytest.mark.slow
 def test_forwarder_ends_with_its_parent(tmp_path, echo_socket):
     ready = tmp_path / "ready"
     # Its parent, a shell like harness_script's, leaves once it listens, without stopping it.

@@ -17,6 +17,7 @@ def apply_patch(sandbox, patch: str) -> None:
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ALL_TASKS, ids=[task.id for task in ALL_TASKS])
 def test_gold_patch_resolves_and_empty_patch_does_not(make_sandbox, task):
     sandbox = make_sandbox()
@@ -158,6 +159,7 @@ def test_the_tested_process_cannot_write_its_own_verdict(make_sandbox, task_by_i
     assert result.test_status[task.fail_to_pass[0]] != PASSED or result.problems
 
 
+@pytest.mark.slow
 def test_a_second_frame_or_output_after_the_frame_is_not_trusted(make_sandbox, task_by_id, monkeypatch):
     """A background process that outlives pytest and writes after the grader's frame (or a frame
     of its own) leaves a frame that is not the output's end: a problem, never a pass."""
@@ -179,6 +181,7 @@ def test_a_second_frame_or_output_after_the_frame_is_not_trusted(make_sandbox, t
     assert late.problems == ["the grader's report frame is missing or altered"] and not late.resolved
 
 
+@pytest.mark.slow
 def test_hidden_cases_fail_an_always_equal_result(make_sandbox, tmp_path):
     """The tests pass with an object whose __eq__ is always true; the hidden case, compared as
     plain JSON outside the tested process, does not."""
@@ -221,6 +224,7 @@ def _hidden_task(tmp_path, source, test, cases):
 _ALWAYS_EQUAL = "class _R(int):\n    def __eq__(self, other):\n        return True\n\n"
 
 
+@pytest.mark.slow
 def test_method_hidden_cases_fail_an_always_equal_result(make_sandbox, tmp_path):
     """A method called on a receiver built from plain values, and an object graded through its
     attributes: an always-equal value, returned or held in an attribute, fails either way."""
@@ -276,6 +280,7 @@ def test_exception_hidden_case_needs_the_real_class(make_sandbox, tmp_path, sour
     assert (result.test_status == {"test_calc.py::test_it": PASSED}) == (source != _NO_RAISE)
 
 
+@pytest.mark.slow
 def test_a_hidden_case_that_never_returns_fails_within_its_share_of_the_limit(make_sandbox, tmp_path):
     """The hidden cases get min(60 s, a quarter of the grading limit), whole seconds, at least 1."""
     import time

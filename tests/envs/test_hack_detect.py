@@ -229,6 +229,7 @@ def test_every_builtin_gold_fix_is_clean(task):
     assert added_code_reason(buggy, pristine, local_modules=local) == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split,count", [("train", 300), ("eval", None)])
 def test_every_micro_gold_fix_is_clean(split, count):
     from envs.micro import generate

@@ -143,6 +143,7 @@ def test_a_request_cap_of_zero_is_refused():
         harness_command(HarnessConfig(max_requests=0), task_file="/tmp/t.md", workdir=".")
 
 
+@pytest.mark.slow
 def test_default_config_runs_tool_calls_until_submit(workspace, task_file, tmp_path):
     # Compact arguments: the harness must send them back exactly as the reply gave them.
     server = ScriptedServer([_bash_call("call_1", '{"command":"echo hi > made.txt"}'),
@@ -165,6 +166,7 @@ def test_default_config_runs_tool_calls_until_submit(workspace, task_file, tmp_p
     assert result["role"] == "tool" and result["tool_call_id"] == "call_1" and '"returncode": 0' in result["content"]
 
 
+@pytest.mark.slow
 def test_text_config_runs_text_actions_until_submit(workspace, task_file, tmp_path):
     server = ScriptedServer([_text_action("echo hi > made.txt"), _text_action(f"echo {SUBMIT_SENTINEL}")])
     try:
@@ -182,6 +184,7 @@ def test_text_config_runs_text_actions_until_submit(workspace, task_file, tmp_pa
     assert second["messages"][3]["role"] == "user" and "<returncode>0</returncode>" in second["messages"][3]["content"]
 
 
+@pytest.mark.slow
 def test_step_limit_stops_it_and_a_reply_without_action_is_not_echoed(workspace, task_file, tmp_path):
     server = ScriptedServer([{"role": "assistant", "content": "I will think first."}])
     try:

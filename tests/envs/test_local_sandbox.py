@@ -46,6 +46,7 @@ def test_exec_runs_in_the_workspace(sandbox):
     assert sandbox.last_start_s > 0 and isinstance(sandbox, Sandbox)
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_process_group(sandbox):
     seconds = f"{100 + time.time() % 1:.6f}"
     started = time.monotonic()
@@ -346,6 +347,7 @@ def test_commands_run_inside_the_lease_cgroup_and_close_removes_it(make_sandbox,
     assert not any(path.exists() for path in cgroup_dirs)
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_timeout_kills_children_that_left_the_process_group(make_sandbox, isolation, task_by_id):
     box = make_sandbox(isolation=isolation, cgroup="required")
@@ -381,6 +383,7 @@ def test_invalid_cgroup_mode_is_refused():
         LocalSandbox(SandboxConfig(cgroup="sometimes"))
 
 
+@pytest.mark.slow
 def test_one_gigabyte_flood_is_truncated_without_parent_memory_growth(make_sandbox, isolation, task_by_id):
     box = make_sandbox(isolation=isolation)
     box.start(task_by_id["textkit-001"])
@@ -523,6 +526,7 @@ def _lease_leftovers(root) -> list:
     return sorted(name for name in os.listdir(root) if name.startswith("swerve-lease-"))
 
 
+@pytest.mark.slow
 def test_reset_and_close_delete_every_tree_the_agent_can_make(make_sandbox, isolation, task_by_id, tmp_path):
     box = make_sandbox(isolation=isolation)
     box.start(task_by_id["textkit-001"])
@@ -543,6 +547,7 @@ def test_reset_and_close_delete_every_tree_the_agent_can_make(make_sandbox, isol
     assert _lease_leftovers(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_reset_of_twenty_thousand_files_returns_before_they_are_deleted(make_sandbox, task_by_id, tmp_path):
     box = make_sandbox(isolation="none")
     box.start(task_by_id["textkit-001"])

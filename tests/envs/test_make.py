@@ -51,6 +51,7 @@ def test_the_recipes_command_timeout_is_the_one_every_command_runs_under(tmp_pat
     assert lease.limits_s == [60.0]
 
 
+@pytest.mark.slow
 def test_a_command_is_killed_at_the_runs_limit(tmp_path, task_by_id):
     """The env's own lease (no sandbox in options) is built from the run's sandbox section too."""
     cfg = load_config("configs/default.yaml", ["sandbox.command_timeout_s=1", f"sandbox.workdir_root={tmp_path}"])

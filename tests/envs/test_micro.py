@@ -26,6 +26,7 @@ def test_generation_is_deterministic_balanced_and_sized():
     assert {t.stratum for t in first} == {"easy", "hard"}
 
 
+@pytest.mark.slow
 def test_splits_do_not_share_functions():
     def names(split):
         return {re.match(r"(\w+) returns", t.problem_statement).group(1) for t in generate(split)}
@@ -33,6 +34,7 @@ def test_splits_do_not_share_functions():
     assert not names("train") & names("eval")
 
 
+@pytest.mark.slow
 def test_function_names_carry_no_number_in_either_split():
     # Numbered train names (73% once) taught RL to append a digit to every name it grepped for.
     for split in ("train", "eval"):
@@ -40,6 +42,7 @@ def test_function_names_carry_no_number_in_either_split():
         assert names and not [n for n in names if re.search(r"\d", n)], split
 
 
+@pytest.mark.slow
 def test_easy_issues_name_the_edit_and_hard_ones_do_not():
     for task in load_tasks("micro", "eval")[:20]:
         fix = parse_gold_patch(task.gold_patch)
@@ -49,6 +52,7 @@ def test_easy_issues_name_the_edit_and_hard_ones_do_not():
         assert (command is not None) == (task.stratum == "easy"), task.problem_statement
 
 
+@pytest.mark.slow
 def test_loader_splits_and_ids():
     task_set = load_task_set("micro", "all")
     assert task_set.splits == {"train", "eval"} and len(task_set.tasks) == sum(SPLIT_SIZES.values())
@@ -64,6 +68,7 @@ def test_tasks_pass_the_sanity_gate(make_sandbox):
     assert [r.verdict for r in results] == [OK] * len(tasks), [r.reason for r in results]
 
 
+@pytest.mark.slow
 def test_expert_copies_the_edit_from_an_easy_issue(tmp_path):
     task = next(t for t in load_tasks("micro", "train") if t.stratum == "easy")
     out = tmp_path / "traces.jsonl"

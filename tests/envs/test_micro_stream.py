@@ -24,6 +24,7 @@ def _name(statement: str) -> str:
     return re.match(r"(\w+) returns", statement).group(1)
 
 
+@pytest.mark.slow
 def test_rl_tasks_and_eval_tasks_never_coincide_by_content():
     stream = MicroStream(seed=0)
     drawn = [stream.task(i) for i in range(DRAWN)]
@@ -39,6 +40,7 @@ def test_rl_tasks_and_eval_tasks_never_coincide_by_content():
     assert not {_name(t.problem_statement) for t in drawn} & {_name(t.problem_statement) for t in load_tasks("micro", "eval")}
 
 
+@pytest.mark.slow
 def test_a_draw_that_repeats_a_split_task_is_drawn_again(monkeypatch):
     stream = MicroStream(seed=0)
     first = stream.draw(3)
@@ -47,6 +49,7 @@ def test_a_draw_that_repeats_a_split_task_is_drawn_again(monkeypatch):
     assert again.files != first.files and again.family == first.family and again.stratum == first.stratum
 
 
+@pytest.mark.slow
 def test_the_same_index_is_the_same_task_and_seeds_differ():
     a, b, other = MicroStream(seed=0), MicroStream(seed=0), MicroStream(seed=1)
     for index in (0, 7, 123456):
@@ -60,6 +63,7 @@ def test_the_same_index_is_the_same_task_and_seeds_differ():
             a.index_of(foreign)
 
 
+@pytest.mark.slow
 def test_families_come_in_turn_and_strata_keep_the_splits_mix():
     stream = MicroStream(seed=0)
     drawn = [stream.draw(i) for i in range(1000)]

@@ -42,6 +42,7 @@ def _lease_dirs(root) -> list:
     return glob.glob(f"{root}/swerve-lease-*")
 
 
+@pytest.mark.slow
 def test_warm_start_takes_a_ready_lease_and_is_faster(make_pool, task_by_id, tmp_path):
     pool = make_pool(pool_size=1)
     task = task_by_id["textkit-001"]

@@ -47,6 +47,7 @@ def test_fix_through_step_and_submit(env, task_by_id):
     assert set(info["test_status"].values()) == {"PASSED"}
 
 
+@pytest.mark.slow
 def test_submit_without_fix_is_unresolved(env, task_by_id):
     env.reset(options={"task": task_by_id["inventory-002"]})
     observation, reward, terminated, _, info = env.step(bash("submit"))

@@ -266,6 +266,7 @@ def test_synthesize_fixture_repo(tmp_path):
     assert [r["instance_id"] for r in again] == [r["instance_id"] for r in rows]
 
 
+@pytest.mark.slow
 def test_problem_statement_quotes_the_failing_assertion(tmp_path):
     repo = make_fixture_repo(tmp_path)
     rows = synthesize(repo, SynthConfig(num_tasks=2, seed=0, timeout_s=60, families=["change_binary_op"]))
@@ -277,6 +278,7 @@ def test_problem_statement_quotes_the_failing_assertion(tmp_path):
     assert "return a + b" not in statement and "return a - b" not in statement
 
 
+@pytest.mark.slow
 def test_synthesize_rejects_repo_without_passing_tests(tmp_path):
     from envs.synth.injector import SynthError
 
@@ -287,6 +289,7 @@ def test_synthesize_rejects_repo_without_passing_tests(tmp_path):
         synthesize(repo, SynthConfig(num_tasks=1, timeout_s=60))
 
 
+@pytest.mark.slow
 def test_cli_writes_jsonl_and_table(tmp_path, capsys):
     import argparse
 
@@ -508,6 +511,7 @@ def _outcomes(workdir: Path, cases: list) -> list:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_synthesized_tasks_carry_hidden_cases_with_the_clean_values(tmp_path):
     from envs.hidden_cases import canonical
 
@@ -528,6 +532,7 @@ def test_synthesized_tasks_carry_hidden_cases_with_the_clean_values(tmp_path):
         assert any(value != want for value, want in zip(_outcomes(mutated, cases), expected))
 
 
+@pytest.mark.slow
 def test_a_synthesized_task_is_graded_on_its_hidden_cases(tmp_path, make_sandbox, monkeypatch):
     """Loaded back from its row and graded in a sandbox: the gold patch passes every hidden case;
     a `minus` whose result equals anything passes the tests but none of the hidden cases."""

@@ -118,6 +118,7 @@ def key(row):
     return row["instance_id"], row["patch"], row["FAIL_TO_PASS"], row["PASS_TO_PASS"]
 
 
+@pytest.mark.slow
 def test_cached_rows_are_read_back_and_resumed_in_order(made, tmp_path, private_tmp):
     repo, _, rows = made
     cache = cache_copy(made, tmp_path)
@@ -147,6 +148,7 @@ def test_cached_rows_are_read_back_and_resumed_in_order(made, tmp_path, private_
     assert list(private_tmp.iterdir()) == []  # closed: the working copies are gone
 
 
+@pytest.mark.slow
 def test_workspace_has_the_bug_and_the_gold_patch_fixes_it(made, tmp_path):
     repo, _, rows = made
     stream = SynthStream(str(repo), CFG, cache_copy(made, tmp_path), lookahead=1)
@@ -168,6 +170,7 @@ def test_workspace_has_the_bug_and_the_gold_patch_fixes_it(made, tmp_path):
     stream.close()
 
 
+@pytest.mark.slow
 def test_stream_tasks_carry_their_rows_hidden_cases(made, tmp_path):
     repo, _, rows = made
     stream = SynthStream(str(repo), CFG, cache_copy(made, tmp_path), lookahead=1)
@@ -180,6 +183,7 @@ def test_stream_tasks_carry_their_rows_hidden_cases(made, tmp_path):
         assert carried == row["hidden_cases"] and carried[0]["module"] == "tally.core"
 
 
+@pytest.mark.slow
 def test_excluded_patches_are_never_handed_out(made, tmp_path):
     repo, cache, rows = made
     held_out = synthesize(repo, SynthConfig(seed=0, num_tasks=2))  # what `swerve tasks synth` writes
@@ -194,6 +198,7 @@ def test_excluded_patches_are_never_handed_out(made, tmp_path):
     stream.close()
 
 
+@pytest.mark.slow
 def test_a_copy_made_by_pickle_makes_tasks(made, tmp_path):
     repo, _, rows = made
     stream = SynthStream(str(repo), CFG, cache_copy(made, tmp_path), lookahead=1)
@@ -207,6 +212,7 @@ def test_a_copy_made_by_pickle_makes_tasks(made, tmp_path):
     assert copy.stats["kept"] == MADE + 2 and copy.index_of(made_there.id) == MADE
 
 
+@pytest.mark.slow
 def test_two_streams_on_one_file_write_each_row_once(made, tmp_path):
     repo, _, rows = made
     cache = str(tmp_path / "cache")
@@ -224,6 +230,7 @@ def test_two_streams_on_one_file_write_each_row_once(made, tmp_path):
         assert [stream.row(i)["instance_id"] for i in range(MADE)] == [row["instance_id"] for row in rows]
 
 
+@pytest.mark.slow
 def test_a_repository_without_passing_tests_fails_clearly(tmp_path, private_tmp):
     repo = write_repo(tmp_path, "broken", {"broken/__init__.py": "def one():\n    return 1\n",
                                            "tests/test_one.py": "def test_one():\n    assert False\n"})
@@ -237,6 +244,7 @@ def test_a_repository_without_passing_tests_fails_clearly(tmp_path, private_tmp)
     assert list(private_tmp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_stream_ends_when_its_mutations_run_out(tmp_path):
     repo = write_repo(tmp_path, "tiny", {
         "tiny/__init__.py": 'NAME = "tiny"\n\n\ndef double(x):\n    return x * 2\n',

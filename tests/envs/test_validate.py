@@ -28,6 +28,7 @@ def two_tasks(task_by_id):
     return [task_by_id["textkit-001"], task_by_id["inventory-001"]]
 
 
+@pytest.mark.slow
 def test_builtin_tasks_pass_the_gate(make_sandbox, two_tasks):
     results = _validate_all(two_tasks, make_sandbox, TIMEOUT_S)
     assert [(r.task_id, r.verdict, r.gold_resolved, r.empty_resolved) for r in results] == [
@@ -35,6 +36,7 @@ def test_builtin_tasks_pass_the_gate(make_sandbox, two_tasks):
     assert all(r.seconds > 0 and r.reason == "" for r in results)
 
 
+@pytest.mark.slow
 def test_broken_tasks_are_quarantined_with_a_reason(make_sandbox, two_tasks):
     good = two_tasks[0]
     broken = [
@@ -59,6 +61,7 @@ def test_tasks_needing_an_image_are_skipped_not_quarantined(make_sandbox, two_ta
     assert result.verdict == SKIPPED and NEEDS_CONTAINER in result.reason and result.gold_resolved is None
 
 
+@pytest.mark.slow
 def test_swesmith_local_task_passes_the_gate(tmp_path, make_sandbox):
     repo = tmp_path / "repo"
     (repo / "calc").mkdir(parents=True)

@@ -44,6 +44,7 @@ def test_the_pristine_listing_has_digests_and_sizes(box):
     assert Manifest(dict(manifest.entries)) == manifest and take_manifest(box, SMALL) == manifest
 
 
+@pytest.mark.slow
 def test_each_bound_stops_the_listing_with_its_config_field(box):
     pristine = take_manifest(box, SMALL)
     _ok(box, DEEP_TREE)
@@ -115,6 +116,7 @@ def test_a_file_replaced_by_a_folder_and_back_shows_as_a_change(box):
     assert "textkit/case.py" in change.deleted and any(path.startswith("tests/") for path in change.deleted)
 
 
+@pytest.mark.slow
 def test_twenty_thousand_files_list_within_the_bounds(box):
     _ok(box, "mkdir flood && cd flood && for d in $(seq 20); do mkdir $d && (cd $d && seq 1000 | xargs touch); done")
     started_s = time.monotonic()

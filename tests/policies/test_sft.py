@@ -66,6 +66,7 @@ def test_filter_resolved(tmp_path):
     assert len(read_traces(path, filter_resolved=False)[0]) == 12
 
 
+@pytest.mark.slow
 def test_sft_loss_goes_down_and_writes_a_loadable_model(model_path, tokenizer_path, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

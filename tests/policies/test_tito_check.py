@@ -104,6 +104,7 @@ def test_load_replaces_only_the_template(tokenizer_path):
     assert load(tokenizer_path).chat_template == load_chat_tokenizer(tokenizer_path).chat_template == CHAT_TEMPLATE
 
 
+@pytest.mark.slow
 def test_without_a_directory_it_checks_the_configured_tokenizer(capsys, cache_dir, tokenizer_path):
     status, out, _ = _run(capsys, f"tokenizer.cache_dir={cache_dir}", "tokenizer.vocab_size=512")
     assert status == 0

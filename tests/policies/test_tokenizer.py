@@ -72,6 +72,7 @@ def test_deterministic_and_cached(tmp_path, tokenizer_path, task_texts):
     assert os.path.getmtime(path) == mtime
 
 
+@pytest.mark.slow
 def test_vocab_size_changes_cache_key(tmp_path, task_texts):
     small = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300), task_texts)
     large = ensure_tokenizer(TokenizerConfig(cache_dir=str(tmp_path), vocab_size=400), task_texts)
@@ -102,6 +103,7 @@ def test_concurrent_builders_agree(tmp_path):
     assert len(load_tokenizer(path)) == 320
 
 
+@pytest.mark.slow
 def test_other_task_texts_train_another_tokenizer(tmp_path, task_texts):
     cfg = TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300)
     assert ensure_tokenizer(cfg, task_texts) != ensure_tokenizer(cfg, task_texts[:50])

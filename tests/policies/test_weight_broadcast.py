@@ -69,6 +69,7 @@ def _broadcast_roundtrip(backend: str, tmp_path):
             engine.kill()
 
 
+@pytest.mark.slow
 def test_weight_broadcast_protocol_over_gloo(tmp_path):
     """The NCCL path's code, run over gloo on CPU against an SGLang-style receiver."""
     _broadcast_roundtrip("gloo", tmp_path)

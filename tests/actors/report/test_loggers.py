@@ -62,6 +62,7 @@ def logged(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_every_step_metric_and_the_eval_curve(logged):
     events = EventAccumulator(str(logged / "tensorboard"), size_guidance={"tensors": 0})
     events.Reload()
@@ -91,6 +92,7 @@ def finished_records(path: str, timeout_s: float = 120.0) -> list:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_an_offline_wandb_run_holds_the_steps_config_and_eval_summary(logged):
     (path,) = glob.glob(str(logged / "wandb" / "offline-run-*" / "run-*.wandb"))
     records = finished_records(path)
@@ -128,6 +130,7 @@ def test_a_failing_logger_is_reported_once_and_dropped_while_the_run_goes_on(tmp
     loggers.close()
 
 
+@pytest.mark.slow
 def test_unreachable_wandb_falls_back_to_offline(tmp_path, monkeypatch, caplog):
     import wandb
 

@@ -1,6 +1,9 @@
+import pytest
+
 from actors.report.plots import write_plots
 
 
+@pytest.mark.slow
 def test_five_pngs_from_metrics_rows(tmp_path):
     rows = [
         {"step": s, "resolved_rate": 0.1 * s, "reward_mean": 0.05 * s, "step_time_s": 2.0,

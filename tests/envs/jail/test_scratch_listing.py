@@ -54,6 +54,7 @@ def test_a_small_tree_is_listed_with_link_targets_and_odd_names(server, tmp_path
         (root + b"/a", b""), (root + b"/a/f", b""), (root + b"/a/link", b"/etc/\xff"), (root + b"/bad\xfe", b"")])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [63, 3000])
 def test_depth_past_the_bound_is_dirty_not_a_crash(server, tmp_path, depth):
     _deep(tmp_path, depth)
@@ -63,6 +64,7 @@ def test_depth_past_the_bound_is_dirty_not_a_crash(server, tmp_path, depth):
         assert len(listing) == depth
 
 
+@pytest.mark.slow
 def test_many_entries_are_dirty_after_the_bound(server, tmp_path):
     for index in range(server._SCRATCH_MAX_ENTRIES + 1):
         (tmp_path / str(index)).touch()
@@ -78,6 +80,7 @@ def test_an_unlistable_folder_or_root_is_dirty(server, tmp_path):
     assert server.scratch_listing(bytes(tmp_path)) is None
 
 
+@pytest.mark.slow
 def test_unchanged_scratch_space_is_clean_and_changed_is_not(server, tmp_path, monkeypatch):
     monkeypatch.setattr(server, "_SCRATCH_ROOTS", (bytes(tmp_path),))
     at_start = [server.scratch_listing(bytes(tmp_path))]

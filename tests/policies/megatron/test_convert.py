@@ -148,6 +148,7 @@ def test_split_rules():
     assert convert.split_rule("decoder.layers.0.self_attention.q_layernorm.weight") == convert.REPLICATED
 
 
+@pytest.mark.slow
 def test_cpu_shim_is_idempotent_and_local():
     from policies.megatron import cpu_shim
 

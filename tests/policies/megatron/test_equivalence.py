@@ -64,6 +64,7 @@ def trainer_cfg():
     return TrainerConfig(backend="megatron")
 
 
+@pytest.mark.slow
 def test_world_size_1_without_process_group(make_checkpoint):
     """The shard initialises torch.distributed only when world_size > 1; the backend copes."""
     import torch.distributed as dist
@@ -79,6 +80,7 @@ def test_world_size_1_without_process_group(make_checkpoint):
     assert not dist.is_initialized()
 
 
+@pytest.mark.slow
 def test_dense_project_model_matches_hf(gloo_world1, trainer_cfg, model_path):
     """The tiny Qwen3 that `policies.model.ensure_model` builds (tied embeddings)."""
     hf_model = load_model(model_path)

@@ -57,6 +57,7 @@ def raw(server, path, body=None, method=None):
         return error.code, json.loads(error.read())
 
 
+@pytest.mark.slow
 def test_models_lists_the_served_model_with_the_shorter_context(client, model_path):
     (model,) = client.models.list().data
     assert model.id == model_path and model.max_model_len == TRAINED_CONTEXT_TOKENS

@@ -246,6 +246,7 @@ def _perturbed_checkpoint(model_path, out_dir):
     return out_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [protocol.PAUSE_IN_PLACE, protocol.PAUSE_RETRACT])
 def test_weight_update_mid_request_tags_later_tokens_only(model_path, tmp_path, mode):
     new_weights = _perturbed_checkpoint(model_path, str(tmp_path / "v1"))
