@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from typing import Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 import ray
 
@@ -94,16 +94,16 @@ class FaultySandbox:
             self._maybe_kill()
         return self.lease.exec(command, timeout_s)
 
-    def read_file(self, path: str) -> str:
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
         self._maybe_kill()
-        return self.lease.read_file(path)
+        return self.lease.read_files(paths)
 
     def gateway_dir(self):
         return self.lease.gateway_dir()
 
-    def write_file(self, path: str, content: str) -> None:
+    def write_files(self, files: Mapping[str, str]) -> None:
         self._maybe_kill()
-        self.lease.write_file(path, content)
+        self.lease.write_files(files)
 
     def reset(self) -> None:
         self._maybe_kill()

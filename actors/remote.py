@@ -10,7 +10,7 @@ import functools
 import logging
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -165,11 +165,11 @@ class SandboxLease:
         limit_s = (timeout_s or self.cfg.command_timeout_s) + self.margin_s
         return self._call("exec", command, timeout_s, timeout_s=limit_s)
 
-    def read_file(self, path: str) -> str:
-        return self._call("read_file", path, timeout_s=self.margin_s)
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        return self._call("read_files", list(paths), timeout_s=self.margin_s)
 
-    def write_file(self, path: str, content: str) -> None:
-        self._call("write_file", path, content, timeout_s=self.margin_s)
+    def write_files(self, files: Mapping[str, str]) -> None:
+        self._call("write_files", dict(files), timeout_s=self.margin_s)
 
     def reset(self) -> None:
         self._call("reset", timeout_s=self.margin_s)

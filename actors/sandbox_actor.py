@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Dict, Optional, get_args
+from typing import Dict, Mapping, Optional, Sequence, get_args
 
 from configs.schema import SandboxBackend, SandboxConfig
 from envs.docker_sandbox import DockerSandbox
@@ -44,11 +44,11 @@ class SandboxActor:
     def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
         return self.backend.exec(command, timeout_s)
 
-    def read_file(self, path: str) -> str:
-        return self.backend.read_file(path)
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        return self.backend.read_files(paths)
 
-    def write_file(self, path: str, content: str) -> None:
-        self.backend.write_file(path, content)
+    def write_files(self, files: Mapping[str, str]) -> None:
+        self.backend.write_files(files)
 
     def reset(self) -> None:
         self.backend.reset()

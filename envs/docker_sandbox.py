@@ -27,7 +27,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from configs.schema import SandboxConfig
 from envs.cgroups import pid_alive
@@ -37,7 +37,7 @@ from envs.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
 from envs.outcomes import InfraError, InfraSource, TaskRefused
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
-from envs.sandbox import ExecResult
+from envs.sandbox import PATHS_PER_COMMAND, ExecResult
 from envs.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -247,31 +247,49 @@ class DockerSandbox:
             self._gone(container, swept.stderr.decode(errors="replace") if self.config.docker_user else "")
         self._cli([self._docker, "restart", "-t", "0", container], "restart the container to end leftover processes")
 
-    def read_file(self, path: str) -> str:
-        target = workspace_path(self.workdir, path)
-        data = self._cli_bytes([self._docker, "cp", f"{self._lease()}:{target}", "-"], f"read {path!r}")
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            member = tar.next()
-            handle = tar.extractfile(member) if member is not None else None
-            if handle is None:
-                raise ValueError(f"{path!r} is not a regular file in the workspace")
-            return handle.read().decode("utf-8", errors="replace")
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        """One `tar` in the container per PATHS_PER_COMMAND paths (root reads, as `docker cp` would;
+        the agent's processes are gone by then, so nothing moves under it)."""
+        wanted = {posixpath.relpath(workspace_path(self.workdir, path), self.workdir): path for path in paths}
+        found: Dict[str, str] = {}
+        names = list(wanted)
+        for start in range(0, len(names), PATHS_PER_COMMAND):
+            chunk = names[start:start + PATHS_PER_COMMAND]
+            data = self._cli_bytes([self._docker, "exec", "-u", "0", self._lease(), "tar", "-cf", "-", "-C", self.workdir,
+                                    "--", *chunk], f"read {chunk[0]!r}" + (f" and {len(chunk) - 1} more" if len(chunk) > 1 else ""))
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                for member in tar:
+                    if member.name not in wanted or wanted[member.name] in found:
+                        continue
+                    if not member.isfile():
+                        raise ValueError(f"{wanted[member.name]!r} is not a regular file in the workspace")
+                    found[wanted[member.name]] = tar.extractfile(member).read().decode("utf-8", errors="replace")
+        return {path: found[path] for path in paths}
 
-    def write_file(self, path: str, content: str) -> None:
-        target = workspace_path(self.workdir, path)
-        parent, name = posixpath.split(target)
-        self._cli([self._docker, "exec", self._lease(), "mkdir", "-p", parent], f"create the folder of {path!r}")
-        data = content.encode("utf-8")
+    def write_files(self, files: Mapping[str, str]) -> None:
+        """One `mkdir -p` for their folders (as the agent's user, who owns what it made), then one
+        `docker cp` of a tar of them all into the workspace."""
+        if not files:
+            return
+        relative = {posixpath.relpath(workspace_path(self.workdir, path), self.workdir): content
+                    for path, content in files.items()}
+        folders = sorted({posixpath.join(self.workdir, posixpath.dirname(name)) for name in relative})
+        for start in range(0, len(folders), PATHS_PER_COMMAND):
+            self._cli([self._docker, "exec", self._lease(), "mkdir", "-p", "--", *folders[start:start + PATHS_PER_COMMAND]],
+                      f"create the folders of {len(files)} files")
+        uid, _, gid = (self.config.docker_user or "0:0").partition(":")
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            uid, _, gid = (self.config.docker_user or "0:0").partition(":")
-            if uid.isdigit():
-                info.uid = int(uid)
-                info.gid = int(gid) if gid.isdigit() else int(uid)
-            tar.addfile(info, io.BytesIO(data))
-        self._cli([self._docker, "cp", "-", f"{self._lease()}:{parent}"], f"write {path!r}", stdin=buffer.getvalue())
+            for name, content in relative.items():
+                data = content.encode("utf-8")
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+                if uid.isdigit():
+                    info.uid = int(uid)
+                    info.gid = int(gid) if gid.isdigit() else int(uid)
+                tar.addfile(info, io.BytesIO(data))
+        self._cli([self._docker, "cp", "-", f"{self._lease()}:{self.workdir}"], f"write {len(files)} files",
+                  stdin=buffer.getvalue())
 
     def reset(self) -> None:
         self._lease()  # no lease is the caller's error, never a reason to make one

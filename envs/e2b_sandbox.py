@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from configs.schema import SandboxConfig
 from envs.container_sandbox import (
@@ -171,7 +171,12 @@ class E2BSandbox:
             timeout_s=timeout_s,
         )
 
-    def read_file(self, path: str) -> str:
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        # envd reads one file per request; a batch saves the callers' round trips (the sandbox
+        # actor's Ray calls), not envd's.
+        return {path: self._read(path) for path in paths}
+
+    def _read(self, path: str) -> str:
         target = workspace_path(self.workdir, path)
         try:
             data = self._lease().files.read(target, format="bytes", user=_ROOT)
@@ -179,12 +184,15 @@ class E2BSandbox:
             raise InfraError(InfraSource.SANDBOX, f"e2b: cannot read {path!r}: {_describe(error)}") from error
         return bytes(data).decode("utf-8", errors="replace")
 
-    def write_file(self, path: str, content: str) -> None:
-        target = workspace_path(self.workdir, path)
-        try:
-            self._lease().files.write(target, content.encode("utf-8"), user=_ROOT)
-        except Exception as error:  # noqa: BLE001
-            raise InfraError(InfraSource.SANDBOX, f"e2b: cannot write {path!r}: {_describe(error)}") from error
+    def write_files(self, files: Mapping[str, str]) -> None:
+        # One request per file, each naming its path as a query parameter: a multipart upload of
+        # several names each by its part's filename, which servers may cut to a base name.
+        for path, content in files.items():
+            target = workspace_path(self.workdir, path)
+            try:
+                self._lease().files.write(target, content.encode("utf-8"), user=_ROOT)
+            except Exception as error:  # noqa: BLE001
+                raise InfraError(InfraSource.SANDBOX, f"e2b: cannot write {path!r}: {_describe(error)}") from error
 
     def reset(self) -> None:
         self._lease()  # no lease is the caller's error, never a reason to make one

@@ -92,7 +92,7 @@ def _apply_test_patch(sandbox: Sandbox, task: Task, timeout_s: float) -> None:
         f"git checkout -q HEAD -- {shlex.quote(f)} 2>/dev/null || rm -rf -- {shlex.quote(f)}"
         for f in patched_files(task.test_patch)
     )
-    sandbox.write_file(TEST_PATCH_FILE, task.test_patch)
+    sandbox.write_files({TEST_PATCH_FILE: task.test_patch})
     result = sandbox.exec(f"{restore}; git apply {TEST_PATCH_FILE}; status=$?; rm -f {TEST_PATCH_FILE}; exit $status",
                           timeout_s=timeout_s)
     if result.exit_code != 0:
@@ -102,8 +102,7 @@ def _apply_test_patch(sandbox: Sandbox, task: Task, timeout_s: float) -> None:
 def grade(sandbox: Sandbox, task: Task, timeout_s: float) -> GradeResult:
     tests = list(dict.fromkeys(task.fail_to_pass + task.pass_to_pass))
     try:
-        for path, content in task.test_files:
-            sandbox.write_file(path, content)
+        sandbox.write_files(dict(task.test_files))
         if task.test_patch:
             _apply_test_patch(sandbox, task, timeout_s)
         if reports_per_test(task.test_command):

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import List, Optional, get_args
+from typing import Dict, List, Mapping, Optional, Sequence, get_args
 
 from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
 from envs.cgroups import LeaseCgroup
@@ -286,13 +286,14 @@ class LocalSandbox:
                 # Nothing outlives its command, not even what left the process group (setsid).
                 self._cgroup.kill_all()
 
-    def read_file(self, path: str) -> str:
-        return self._resolve(path).read_text(encoding="utf-8", errors="replace")
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        return {path: self._resolve(path).read_text(encoding="utf-8", errors="replace") for path in paths}
 
-    def write_file(self, path: str, content: str) -> None:
-        target = self._resolve(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+    def write_files(self, files: Mapping[str, str]) -> None:
+        for path, content in files.items():
+            target = self._resolve(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
 
     def reset(self) -> None:
         self._stop_server()  # its jail binds the workspace directory that is replaced here

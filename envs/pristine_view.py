@@ -20,7 +20,7 @@ from envs import harbor_verifier
 from envs.grader import GradeResult, grade, grader_written_paths
 from envs.outcomes import ActorLost, InfraError, InfraSource, WorkspaceError
 from envs.protection import classify, is_tool_output, local_modules, source_reason
-from envs.sandbox import Sandbox
+from envs.sandbox import PATHS_PER_COMMAND, Sandbox
 from envs.tasks import Task
 from envs.workspace_change import Change, ListingError, Manifest, diff_manifests, take_manifest
 
@@ -78,7 +78,7 @@ def take_change_and_reset(sandbox: Sandbox, task: Task, pristine: Manifest, swe:
     refused = _beyond_bounds(change, carried, now, swe) or conflicts(pristine, carried, deleted, task)
     if refused:
         return _refused(sandbox, task, refused, tampered)
-    written = {path: sandbox.read_file(path) for path in carried}
+    written = sandbox.read_files(carried)
     executable = {path for path in written if now.entries[path][1].endswith("x")}
     refused = reset_or_replace(sandbox, task)
     if refused:
@@ -86,7 +86,7 @@ def take_change_and_reset(sandbox: Sandbox, task: Task, pristine: Manifest, swe:
     altered = _differences(pristine, sandbox, swe)
     if altered:
         tampered[PRISTINE_ALTERED] = f"the reset workspace differs from the start: {altered}"
-    old = {path: sandbox.read_file(path) for path in [*written, *deleted] if path in pristine.entries}
+    old = sandbox.read_files([path for path in [*written, *deleted] if path in pristine.entries])
     modules = local_modules(pristine.entries)
     for path in list(written):
         reason = source_reason(path, old.get(path), written[path], task, modules)
@@ -222,21 +222,18 @@ def apply_change(sandbox: Sandbox, change: CapturedChange) -> None:
     `conflicts` ruled out every clash the change could cause, so a failure here is the machinery's."""
     _in_chunks(sandbox, "rm -f --", list(change.deleted))
     _in_chunks(sandbox, "rm -rf --", list(change.replaced_folders))
-    for path, content in change.written.items():
-        sandbox.write_file(path, content)
+    sandbox.write_files(change.written)
     _in_chunks(sandbox, "chmod +x --", sorted(change.executable))
 
 
 def _in_chunks(sandbox: Sandbox, command: str, paths: list[str]) -> None:
     """`command` over `paths`, a bounded number per call: thousands of paths fit no command line."""
-    for start in range(0, len(paths), _PATHS_PER_COMMAND):
+    for start in range(0, len(paths), PATHS_PER_COMMAND):
         # Bounded by sandbox.command_timeout_s, as any command in the sandbox.
-        result = sandbox.exec(" ".join([command, *(shlex.quote(p) for p in paths[start:start + _PATHS_PER_COMMAND])]))
+        result = sandbox.exec(" ".join([command, *(shlex.quote(p) for p in paths[start:start + PATHS_PER_COMMAND])]))
         if result.exit_code != 0:
             raise InfraError(InfraSource.GRADER, f"cannot apply the change ({command}): {result.output[-500:]}")
 
-
-_PATHS_PER_COMMAND = 200
 
 
 def file_diff(path: str, old: Optional[str], new: Optional[str]) -> str:

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Protocol, runtime_checkable
+from typing import Dict, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from envs.tasks import Task
+
+
+# Paths named on one command line inside a sandbox: thousands fit no command line (ARG_MAX).
+PATHS_PER_COMMAND = 200
 
 
 @dataclass
@@ -35,12 +39,15 @@ class Sandbox(Protocol):
         """Run a bash command in the workspace; a timeout returns exit code 124."""
         ...
 
-    def read_file(self, path: str) -> str:
-        """Read a file given relative to the workspace; paths escaping it are refused."""
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        """Read files given relative to the workspace (path -> text, UTF-8 with invalid bytes
+        replaced); paths escaping it are refused. One round trip for any number of files: grading
+        reads a whole change at once."""
         ...
 
-    def write_file(self, path: str, content: str) -> None:
-        """Write a file given relative to the workspace; paths escaping it are refused."""
+    def write_files(self, files: Mapping[str, str]) -> None:
+        """Write files (path relative to the workspace -> text), making their folders; paths
+        escaping it are refused. One round trip for any number of files."""
         ...
 
     def reset(self) -> None:

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from configs.schema import SandboxConfig
 from envs.outcomes import InfraError, InfraSource
@@ -74,11 +74,11 @@ class SandboxPool:
     def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
         return self._lease().exec(command, timeout_s)
 
-    def read_file(self, path: str) -> str:
-        return self._lease().read_file(path)
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        return self._lease().read_files(paths)
 
-    def write_file(self, path: str, content: str) -> None:
-        self._lease().write_file(path, content)
+    def write_files(self, files: Mapping[str, str]) -> None:
+        self._lease().write_files(files)
 
     def reset(self) -> None:
         self._lease().reset()

@@ -72,7 +72,7 @@ def _failing(result: GradeResult) -> str:
 def _apply_gold(sandbox: Sandbox, task: Task, timeout_s: float) -> Optional[str]:
     """Apply the gold fix; the reason it could not be applied, or None."""
     if task.gold_patch:
-        sandbox.write_file(_PATCH_FILE, task.gold_patch)
+        sandbox.write_files({_PATCH_FILE: task.gold_patch})
         result = sandbox.exec(APPLY_COMMAND, timeout_s=timeout_s)
         sandbox.exec(f"rm -f {_PATCH_FILE}", timeout_s=timeout_s)
         what = "gold patch does not apply"
@@ -82,7 +82,7 @@ def _apply_gold(sandbox: Sandbox, task: Task, timeout_s: float) -> Optional[str]
         sandbox.exec(f"rm -rf {SOLUTION_DIR}/*", timeout_s=timeout_s)
         what = "gold script fails"
     else:
-        sandbox.write_file(_SCRIPT_FILE, task.gold_script)
+        sandbox.write_files({_SCRIPT_FILE: task.gold_script})
         result = sandbox.exec(f"bash {_SCRIPT_FILE}", timeout_s=timeout_s)
         sandbox.exec(f"rm -f {_SCRIPT_FILE}", timeout_s=timeout_s)
         what = "gold script fails"

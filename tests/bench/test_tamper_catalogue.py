@@ -57,7 +57,7 @@ def test_attempt_fools_grading_in_the_agents_workspace(attempt, tmp_path, task):
     try:
         for command in attempt.commands:
             assert sandbox.exec(command).exit_code == 0
-        assert BUGGY_LINE in sandbox.read_file("textkit/wrap.py")
+        assert BUGGY_LINE in sandbox.read_files(["textkit/wrap.py"])["textkit/wrap.py"]
         assert naive_grade(sandbox, task)
     finally:
         sandbox.close()

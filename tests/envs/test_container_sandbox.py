@@ -89,13 +89,13 @@ def test_a_container_reset_that_cannot_complete_replaces_the_sandbox(e2b_box, mo
     from envs import e2b_sandbox
     from envs.pristine_view import reset_or_replace
 
-    original = e2b_box.read_file("textkit/case.py")
+    original = e2b_box.read_files(["textkit/case.py"])["textkit/case.py"]
     e2b_box.exec("echo broken > textkit/case.py")
     used = e2b_box._box  # offline, every sandbox has the same id: the client object tells them apart
     monkeypatch.setattr(e2b_sandbox, "restore_script", lambda workdir: "exit 1")  # as a restore past its deadline
     reason = reset_or_replace(e2b_box, e2b_box._task)
     assert "the sandbox was replaced" in reason
-    assert e2b_box._box is not used and e2b_box.read_file("textkit/case.py") == original
+    assert e2b_box._box is not used and e2b_box.read_files(["textkit/case.py"])["textkit/case.py"] == original
 
 
 # A docker CLI whose restore fails (as one past docker_cli_timeout_s would): the rest succeeds.

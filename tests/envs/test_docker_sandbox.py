@@ -144,18 +144,22 @@ def test_task_image_is_used_and_nothing_uploaded(fake_docker, make_box, task_by_
 def test_files_reset_and_path_checks(fake_docker, make_box, task_by_id):
     box = make_box()
     box.start(task_by_id["textkit-001"])
-    box.write_file("notes/a.txt", "hello\nwörld")
-    assert box.read_file("notes/a.txt") == "hello\nwörld"
-    assert ["cp", "-", f"fakecontainer01:{box.workdir}/notes"] in fake_docker()
-    original = box.read_file("textkit/case.py")
+    before = len(fake_docker())
+    box.write_files({"notes/a.txt": "hello\nwörld", "notes/deep/b.txt": "b", "c.txt": "c"})
+    assert box.read_files(["notes/a.txt", "notes/deep/b.txt", "c.txt"]) == {
+        "notes/a.txt": "hello\nwörld", "notes/deep/b.txt": "b", "c.txt": "c"}
+    batch = fake_docker()[before:]  # three files: one mkdir, one cp, one tar read
+    assert batch[1] == ["cp", "-", f"fakecontainer01:{box.workdir}"] and batch[2][-4:] == ["--", "notes/a.txt", "notes/deep/b.txt", "c.txt"]
+    assert len(batch) == 3 and "mkdir" in batch[0] and "tar" in batch[2]
+    original = box.read_files(["textkit/case.py"])["textkit/case.py"]
     box.exec("echo broken > textkit/case.py")
     box.reset()
-    assert box.read_file("textkit/case.py") == original and "notes" not in box.exec("ls").output
+    assert box.read_files(["textkit/case.py"])["textkit/case.py"] == original and "notes" not in box.exec("ls").output
     for path in ("../x", "/etc/passwd", "a/../../x"):
         with pytest.raises(ValueError, match="workspace"):
-            box.read_file(path)
+            box.read_files([path])[path]
     with pytest.raises(InfraError, match="read 'missing.txt'"):
-        box.read_file("missing.txt")
+        box.read_files(["missing.txt"])["missing.txt"]
 
 
 @pytest.mark.slow
@@ -240,7 +244,7 @@ def test_real_container_lifecycle(docker_image, make_box, task_by_id):
     net = box.exec("python -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"")
     assert net.exit_code != 0
     assert box.exec("echo x > /etc/x").exit_code != 0
-    box.write_file("a.txt", "hi")
+    box.write_files({"a.txt": "hi"})
     assert box.exec("cat a.txt").output == "hi"
     timed = box.exec("sleep 100 & sleep 100", timeout_s=1)
     assert timed.timed_out and timed.exit_code == 124

@@ -104,24 +104,24 @@ def _cmdline(pid: str) -> str:
 
 
 def test_files_read_write_and_paths_stay_in_the_workspace(box):
-    box.write_file("notes/a.txt", "hello\nwörld")
-    assert box.read_file("notes/a.txt") == "hello\nwörld"
+    box.write_files({"notes/a.txt": "hello\nwörld"})
+    assert box.read_files(["notes/a.txt"])["notes/a.txt"] == "hello\nwörld"
     assert box.exec("cat notes/a.txt").output == "hello\nwörld"
     for path in ("../outside.txt", "/etc/hostname", "notes/../../x"):
         with pytest.raises(ValueError, match="workspace"):
-            box.read_file(path)
+            box.read_files([path])[path]
         with pytest.raises(ValueError, match="workspace"):
-            box.write_file(path, "x")
+            box.write_files({path: "x"})
     with pytest.raises(InfraError, match="cannot read"):
-        box.read_file("missing.txt")
+        box.read_files(["missing.txt"])["missing.txt"]
 
 
 @pytest.mark.slow
 def test_reset_restores_the_workspace(box):
-    original = box.read_file("textkit/case.py")
+    original = box.read_files(["textkit/case.py"])["textkit/case.py"]
     box.exec("echo broken > textkit/case.py; touch extra.txt")
     box.reset()
-    assert box.read_file("textkit/case.py") == original
+    assert box.read_files(["textkit/case.py"])["textkit/case.py"] == original
     assert "extra.txt" not in box.exec("ls").output
 
 

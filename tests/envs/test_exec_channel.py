@@ -94,7 +94,7 @@ def test_reset_starts_a_fresh_jail_for_grading(jailed):
     pid = _server_pid(jailed)
     jailed.exec("echo changed > README.md")
     jailed.reset()
-    assert not (jailed.workspace / "README.md").exists() or "changed" not in jailed.read_file("README.md")
+    assert not (jailed.workspace / "README.md").exists() or "changed" not in jailed.read_files(["README.md"])["README.md"]
     assert jailed.exec("echo ok").output == "ok\n" and _server_pid(jailed) != pid
 
 

@@ -12,7 +12,7 @@ GRADE_TIMEOUT_S = 60.0
 
 
 def apply_patch(sandbox, patch: str) -> None:
-    sandbox.write_file(".gold.patch", patch)
+    sandbox.write_files({".gold.patch": patch})
     result = sandbox.exec("patch -p1 < .gold.patch && rm .gold.patch")
     assert result.exit_code == 0, result.output
 
@@ -37,7 +37,7 @@ def test_edited_tests_are_restored_before_grading(make_sandbox, task_by_id):
     sandbox = make_sandbox()
     sandbox.start(task)
     sandbox.exec("sed -i 's/== \"hello\"$/== \"he...\"/' tests/test_wrap.py")
-    assert '"he..."' in sandbox.read_file("tests/test_wrap.py")
+    assert '"he..."' in sandbox.read_files(["tests/test_wrap.py"])["tests/test_wrap.py"]
     assert not grade(sandbox, task, GRADE_TIMEOUT_S).resolved
 
 
@@ -100,13 +100,13 @@ def test_test_patch_is_applied_over_agent_edits(make_sandbox, tmp_path):
     sandbox = make_sandbox()
     sandbox.start(task)
     # The agent writes its own version of the hidden test and weakens an existing one.
-    sandbox.write_file("tests/test_new.py", "def test_three():\n    assert True\n")
-    sandbox.write_file("tests/test_old.py", "def test_two():\n    assert True\n")
-    sandbox.write_file("calc.py", "def double(x):\n    return 2\n")
+    sandbox.write_files({"tests/test_new.py": "def test_three():\n    assert True\n"})
+    sandbox.write_files({"tests/test_old.py": "def test_two():\n    assert True\n"})
+    sandbox.write_files({"calc.py": "def double(x):\n    return 2\n"})
     result = grade(sandbox, task, GRADE_TIMEOUT_S)
     assert result.test_status == {"tests/test_new.py::test_three": "FAILED", "tests/test_old.py::test_two": PASSED}
     assert not result.resolved
-    sandbox.write_file("calc.py", "def double(x):\n    return x * 2\n")
+    sandbox.write_files({"calc.py": "def double(x):\n    return x * 2\n"})
     assert grade(sandbox, task, GRADE_TIMEOUT_S).resolved
     assert sandbox.exec("git status --porcelain").output.count(".swerve-test.patch") == 0
 
@@ -153,7 +153,7 @@ def test_the_tested_process_cannot_write_its_own_verdict(make_sandbox, task_by_i
     task = task_by_id["textkit-003"]
     sandbox = make_sandbox()
     sandbox.start(task)
-    sandbox.write_file("textkit/wrap.py", sandbox.read_file("textkit/wrap.py") + code)
+    sandbox.write_files({"textkit/wrap.py": sandbox.read_files(["textkit/wrap.py"])["textkit/wrap.py"] + code})
     result = grade(sandbox, task, GRADE_TIMEOUT_S)
     assert not result.resolved, result.output
     assert result.test_status[task.fail_to_pass[0]] != PASSED or result.problems
@@ -201,10 +201,10 @@ def test_hidden_cases_fail_an_always_equal_result(make_sandbox, tmp_path):
     fooled = grade(sandbox, task, GRADE_TIMEOUT_S)
     assert fooled.test_status == {"test_calc.py::test_double": PASSED} and not fooled.resolved
     assert fooled.hidden_status == {"hidden#0 calc:double": "FAILED (TypeError: not a plain JSON value: _R)"}
-    sandbox.write_file("calc.py", "def double(x):\n    return x * 2\n")
+    sandbox.write_files({"calc.py": "def double(x):\n    return x * 2\n"})
     fixed = grade(sandbox, task, GRADE_TIMEOUT_S)
     assert fixed.resolved and fixed.hidden_status == {"hidden#0 calc:double": "PASSED"}
-    sandbox.write_file("calc.py", "def double(x):\n    return True if x == 2 else x * 2 + 1\n")
+    sandbox.write_files({"calc.py": "def double(x):\n    return True if x == 2 else x * 2 + 1\n"})
     assert grade(sandbox, task, GRADE_TIMEOUT_S).hidden_status == {"hidden#0 calc:double": "FAILED (wrong value)"}
 
 
@@ -242,9 +242,9 @@ def test_method_hidden_cases_fail_an_always_equal_result(make_sandbox, tmp_path)
     assert fooled.test_status == {"test_calc.py::test_it": PASSED} and not fooled.resolved
     assert fooled.hidden_status == {"hidden#0 calc:Box.doubled": "FAILED (TypeError: not a plain JSON value: _R)",
                                     "hidden#1 calc:Box.grown": "FAILED (TypeError: not a plain JSON value: _R)"}
-    sandbox.write_file("calc.py", "class Box:\n    def __init__(self, n):\n        self.n = n\n"
+    sandbox.write_files({"calc.py": "class Box:\n    def __init__(self, n):\n        self.n = n\n"
                                   "    def doubled(self):\n        return self.n * 2\n"
-                                  "    def grown(self):\n        return Box(self.n * 2)\n")
+                                  "    def grown(self):\n        return Box(self.n * 2)\n"})
     fixed = grade(sandbox, task, GRADE_TIMEOUT_S)
     assert fixed.resolved and set(fixed.hidden_status.values()) == {"PASSED"}, fixed.hidden_status
 

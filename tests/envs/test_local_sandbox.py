@@ -173,23 +173,23 @@ def test_bwrap_hides_the_hosts_home(make_sandbox, task_by_id, fake_home):
 
 
 def test_reset_restores_files(sandbox):
-    original = sandbox.read_file("textkit/case.py")
+    original = sandbox.read_files(["textkit/case.py"])["textkit/case.py"]
     sandbox.exec("echo broken > textkit/case.py; touch extra.txt")
-    assert sandbox.read_file("textkit/case.py") == "broken\n"
+    assert sandbox.read_files(["textkit/case.py"])["textkit/case.py"] == "broken\n"
     sandbox.reset()
-    assert sandbox.read_file("textkit/case.py") == original
+    assert sandbox.read_files(["textkit/case.py"])["textkit/case.py"] == original
     assert "extra.txt" not in sandbox.exec("ls").output
 
 
 def test_file_paths_cannot_escape_the_workspace(sandbox):
-    sandbox.write_file("notes/a.txt", "hello")
+    sandbox.write_files({"notes/a.txt": "hello"})
     assert sandbox.exec("cat notes/a.txt").output == "hello"
     sandbox.exec("ln -s /etc/hostname leak")
     for path in ("../outside.txt", "/etc/hostname", "leak", "notes/../../x"):
         with pytest.raises(ValueError, match="workspace"):
-            sandbox.read_file(path)
+            sandbox.read_files([path])[path]
         with pytest.raises(ValueError, match="workspace"):
-            sandbox.write_file(path, "x")
+            sandbox.write_files({path: "x"})
 
 
 def test_rlimits_bound_file_size_and_memory(make_sandbox, isolation, task_by_id):
@@ -412,7 +412,7 @@ def test_a_lease_cannot_see_another_leases_files(task_by_id, tmp_path):
     try:
         first.start(task_by_id["textkit-001"])
         second.start(task_by_id["textkit-001"])
-        first.write_file("secret.txt", "first-lease-only")
+        first.write_files({"secret.txt": "first-lease-only"})
         assert first.exec("cat secret.txt").output == "first-lease-only"
         for probe in (f"cat {first.workspace}/secret.txt", f"ls {first.workspace}", f"ls {root}"):
             result = second.exec(probe)
@@ -445,7 +445,7 @@ def test_a_git_workspace_keeps_its_files_but_not_the_history_holding_the_fix(tmp
     sandbox = LocalSandbox(SandboxConfig(isolation=isolation, workdir_root=str(tmp_path / "leases")))
     sandbox.start(task)
     try:
-        assert "return 1" in sandbox.read_file("mod.py")
+        assert "return 1" in sandbox.read_files(["mod.py"])["mod.py"]
         history = sandbox.exec("git log --all --reflog --oneline; git stash list; ls .git").output
         assert history.count("task start") == 1 and " bug" not in history and "ORIG_HEAD" not in history
         assert sandbox.exec(f"git cat-file -t {fix}").exit_code != 0

@@ -99,3 +99,50 @@ def test_a_task_whose_test_patch_fails_unchanged_is_an_infra_error(make_sandbox,
     with pytest.raises(InfraError, match="cannot be graded even unchanged") as error:
         grade_on_pristine(sandbox, task, pristine, SWE, SandboxConfig())
     assert error.value.source is InfraSource.GRADER
+
+
+class CountingSandbox:
+    """A sandbox that counts the calls reaching it: each is a round trip through the sandbox
+    actor (and a docker or envd request behind it)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+        self.runs_images = inner.runs_images
+
+    def start(self, task):
+        self.calls.append("start")
+        self.inner.start(task)
+
+    def exec(self, command, timeout_s=None):
+        self.calls.append("exec")
+        return self.inner.exec(command, timeout_s)
+
+    def read_files(self, paths):
+        self.calls.append("read_files")
+        return self.inner.read_files(paths)
+
+    def write_files(self, files):
+        self.calls.append("write_files")
+        self.inner.write_files(files)
+
+    def reset(self):
+        self.calls.append("reset")
+        self.inner.reset()
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.parametrize("files", [1, 24])
+def test_grading_costs_the_same_round_trips_for_one_changed_file_or_many(make_sandbox, task_by_id, files):
+    task = task_by_id["textkit-003"]
+    sandbox = CountingSandbox(make_sandbox())
+    sandbox.start(task)
+    pristine = take_manifest(sandbox, SWE)
+    sandbox.exec("rm textkit/case.py; " + "; ".join(f"echo 'X = {i}' > textkit/extra_{i}.py" for i in range(files)))
+    sandbox.calls.clear()
+    verdict = grade_on_pristine(sandbox, task, pristine, SWE, SandboxConfig())
+    assert verdict.result is not None and f"textkit/extra_{files - 1}.py" in verdict.change.model_patch
+    assert "deleted file mode" in verdict.change.model_patch
+    assert sandbox.calls == ["exec", "read_files", "reset", "exec", "read_files", "exec", "write_files",
+                             "write_files", "exec"], sandbox.calls

@@ -73,8 +73,8 @@ def test_a_warm_lease_is_fresh(make_pool, task_by_id):
     assert wait_ready(pool, task.id)
     pool.start(task)
     assert pool.last_start_warm
-    assert "extra.txt" not in pool.exec("ls").output and "broken" not in pool.read_file("textkit/case.py")
-    pool.write_file("x.txt", "x")
+    assert "extra.txt" not in pool.exec("ls").output and "broken" not in pool.read_files(["textkit/case.py"])["textkit/case.py"]
+    pool.write_files({"x.txt": "x"})
     pool.reset()
     assert "x.txt" not in pool.exec("ls").output
 

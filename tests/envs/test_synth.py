@@ -552,7 +552,7 @@ def test_a_synthesized_task_is_graded_on_its_hidden_cases(tmp_path, make_sandbox
     unfixed = grade(sandbox, task, 60)
     assert not unfixed.resolved and any(status != PASSED for status in unfixed.hidden_status.values())
 
-    sandbox.write_file(".gold.patch", task.gold_patch)
+    sandbox.write_files({".gold.patch": task.gold_patch})
     # The fix keeps the file's size and lands within the second the workspace was written: the
     # bytecode the first grading cached would still look current (pyc checks mtime and size).
     assert sandbox.exec("patch -p1 < .gold.patch && rm .gold.patch && rm -rf calc/__pycache__").exit_code == 0
@@ -561,7 +561,7 @@ def test_a_synthesized_task_is_graded_on_its_hidden_cases(tmp_path, make_sandbox
     assert list(fixed.hidden_status.values()) == [PASSED] * len(task.hidden_cases)
 
     always_equal = "\n\ndef minus(a, b):\n    return type('S', (int,), {'__eq__': lambda s, o: True})(0)\n"
-    sandbox.write_file("calc/ops.py", MODULE + always_equal)
+    sandbox.write_files({"calc/ops.py": MODULE + always_equal})
     fooled = grade(sandbox, task, 60)
     assert set(fooled.test_status.values()) == {PASSED}, fooled.output
     assert not fooled.resolved and all(status.startswith("FAILED") for status in fooled.hidden_status.values())

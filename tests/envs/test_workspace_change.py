@@ -38,7 +38,7 @@ def _ok(box, command: str) -> None:
 def test_the_pristine_listing_has_digests_and_sizes(box):
     manifest = take_manifest(box, SMALL)
     kind, _ = manifest.entries["textkit/case.py"]
-    assert kind == "f" and manifest.sizes["textkit/case.py"] == len(box.read_file("textkit/case.py").encode())
+    assert kind == "f" and manifest.sizes["textkit/case.py"] == len(box.read_files(["textkit/case.py"])["textkit/case.py"].encode())
     assert not any(path.startswith(".git/") for path in manifest.entries)
     # Sizes never decide equality: a manifest built from entries alone equals the listing.
     assert Manifest(dict(manifest.entries)) == manifest and take_manifest(box, SMALL) == manifest
