@@ -135,10 +135,14 @@ class EngineSet:
         return versions
 
     def stats(self, reset_peak: bool = False) -> list[dict]:
+        # Asked all at once, under one deadline: a rollback's dump with many hung engines waits
+        # one probe, not one per engine.
+        refs = [h.stats.remote(reset_peak) for h in self.handles]
+        deadline = time.monotonic() + self.deadlines.engine_health_s
         out = []
-        for i, h in enumerate(self.handles):
+        for i, ref in enumerate(refs):
             try:
-                out.append(ray.get(h.stats.remote(reset_peak), timeout=self.deadlines.engine_health_s))
+                out.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
             except (RayActorError, GetTimeoutError):  # dead or hung: the next probe replaces it
                 out.append({"index": i, "dead": True, "kv_usage_peak": 0.0, "tokens_per_s": 0.0,
                             "busy_fraction": 0.0, "weight_update_s": 0.0})

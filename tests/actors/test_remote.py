@@ -90,6 +90,8 @@ def test_dead_engine_is_replaced_and_serves_the_current_weights(ray_session, mod
         with pytest.raises(InfraError) as err:
             router.generate(request, "a")
         assert err.value.source == InfraSource.ENGINE and router.dead == {first}
+        stats = engines.stats()  # what a rollback's dump shows: the dead one named, the other live
+        assert stats[first]["dead"] and not stats[1 - first].get("dead") and stats[1 - first]["ready"]
 
         assert engines.replace_dead() == [first] and engines.restarts == 1  # what the driver does
         new = engines.handles[first]
