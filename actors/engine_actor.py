@@ -39,6 +39,16 @@ log = logging.getLogger(__name__)
 STATS_INTERVAL_S = 0.5
 
 
+# A server that cannot bind its port says so in these words (ours: PortInUse; SGLang's uvicorn:
+# "[Errno 98] ... address already in use").
+PORT_TAKEN_TEXT = "already in use"
+PORT_TRIES = 3
+
+
+class PortTaken(RuntimeError):
+    """Another process bound the engine server's port first."""
+
+
 class EngineActor:
     def __init__(self, index: int, cfg: EngineConfig, model_path: str, wait_for_weights: bool = False,
                  exit_on_server_death: bool = False, deadlines: Optional[DeadlinesConfig] = None):
@@ -80,13 +90,10 @@ class EngineActor:
         self._server_kv_peak = 0.0
         self.token_versions = False
         self.workdir = tempfile.mkdtemp(prefix=f"swerve-engine-{index}-", dir=weights_root(cfg))
-        self.port = free_port()
-        self.client = EngineClient(f"http://{ENGINE_HOST}:{self.port}", cfg.request_timeout_s)
-        self.server = ServerProcess(server_command(cfg, model_path, self.port), os.path.join(self.workdir, "server.log"),
-                                    env=server_env(cfg, dict(os.environ)))
+        self.server: Optional[ServerProcess] = None
         atexit.register(self.close)
         try:
-            self._wait_healthy()
+            self._start_server()
             self.token_versions = self._probe_token_versions()
         except BaseException:
             self.close()
@@ -94,10 +101,31 @@ class EngineActor:
         threading.Thread(target=self._watch_server, name=f"engine-{index}-watch", daemon=True).start()
 
     # -- lifecycle --------------------------------------------------------------------
+    def _start_server(self) -> None:
+        """Start the server on a port the OS just handed out. That port was free a moment ago, not
+        held: when another process binds it first, the server cannot bind and exits, and the
+        start is tried again on a fresh port (PORT_TRIES in all)."""
+        for attempt in range(1, PORT_TRIES + 1):
+            self.port = free_port()
+            self.client = EngineClient(f"http://{ENGINE_HOST}:{self.port}", self.cfg.request_timeout_s)
+            log_name = "server.log" if attempt == 1 else f"server-{attempt}.log"  # each try's own words
+            self.server = ServerProcess(server_command(self.cfg, self.model_path, self.port),
+                                        os.path.join(self.workdir, log_name), env=server_env(self.cfg, dict(os.environ)))
+            try:
+                self._wait_healthy()
+                return
+            except PortTaken as taken:
+                if attempt == PORT_TRIES:
+                    raise RuntimeError(f"engine {self.index}: {PORT_TRIES} ports in a row were taken before its "
+                                       f"server could bind them; last: {taken}") from taken
+                log.warning("engine %d: %s; starting its server on another port", self.index, taken)
+
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.cfg.startup_timeout_s
         while time.monotonic() < deadline:
             if not self.server.alive():
+                if PORT_TAKEN_TEXT in self.server.log_tail().lower():
+                    raise PortTaken(f"port {self.port} was taken by another process before the server bound it")
                 raise RuntimeError(f"engine {self.index}: {self.cfg.backend} server exited with code "
                                    f"{self.server.proc.returncode}; command: {' '.join(self.server.cmd)}\n"
                                    f"--- server log tail ---\n{self.server.log_tail()}")
@@ -138,7 +166,8 @@ class EngineActor:
 
     def close(self) -> None:
         self._closing = True
-        self.server.kill()
+        if self.server is not None:  # None: the first start failed before a server ran
+            self.server.kill()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __del__(self):

@@ -256,3 +256,27 @@ def test_swerve_serve_runs_a_standalone_cpu_engine(swerve_cache, model_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_port_taken_before_the_server_binds_it_is_traded_for_a_fresh_one(model_path, monkeypatch):
+    """free_port's port is only free when asked: another process may bind it before the server
+    does. The server then exits naming the port, and the engine starts it again elsewhere."""
+    import socket
+
+    from policies.server.process import ENGINE_HOST
+
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind((ENGINE_HOST, 0))  # another process's socket, bound between the pick and the start
+    taken = held.getsockname()[1]
+    picks = iter([taken])
+    real_free_port = engine_actor.free_port
+    monkeypatch.setattr(engine_actor, "free_port", lambda: next(picks, None) or real_free_port())
+    engine = EngineActor(0, EngineConfig(max_context_tokens=CAP, max_batch_size=8), model_path)
+    try:
+        assert engine.port != taken
+        assert len(engine.generate(SampleRequest([1, 5, 9], 3)).token_ids) == 3
+        with open(os.path.join(engine.workdir, "server.log")) as first_try:
+            assert "already in use" in first_try.read()
+    finally:
+        engine.close()
+        held.close()
