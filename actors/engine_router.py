@@ -93,6 +93,13 @@ class EngineRouter:
         self._outstanding[index] += 1
         try:
             return self._call(index, "generate", request, timeout_s=self.generate_timeout_s)
+        except InfraError as err:
+            if err.source is not InfraSource.TIMEOUT:
+                raise
+            # Late is the engine's failure (hung, or swamped), never the task's: as infra_error(engine)
+            # it re-runs without counting towards the task's quarantine (sample_collector.submit).
+            raise InfraError(InfraSource.ENGINE, f"engine-{index} did not answer generate within "
+                             f"{self.generate_timeout_s:.0f} s (deadlines.generate_s): {err}") from err
         finally:
             self._outstanding[index] -= 1
 
