@@ -71,18 +71,13 @@ class EngineSet:
         unanswered probes of deadlines.engine_health_s in a row (a stopped or wedged server or
         actor; one miss may be a server slow under load, not a hung one)."""
         health_s = self.deadlines.engine_health_s
-        probes = {i: self.handles[i].ping.remote(health_s) for i in indices}
-        deadline = time.monotonic() + 2 * health_s
+        answers = _gather([self.handles[i].ping.remote(health_s) for i in indices], 2 * health_s)
         hung = []
-        for i, ref in probes.items():
-            try:
-                answered = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
-            except RayActorError:
+        for i, answered in zip(indices, answers):
+            if isinstance(answered, RayActorError):
                 hung.append(i)
                 continue
-            except GetTimeoutError:
-                answered = False
-            self._misses[i] = 0 if answered else self._misses.get(i, 0) + 1
+            self._misses[i] = 0 if answered is True else self._misses.get(i, 0) + 1
             if self._misses[i] >= self.deadlines.engine_health_misses:
                 log.warning("engine-%d did not answer %d health probes of %.0f s in a row (hung); replacing it",
                             i, self._misses[i], health_s)
@@ -136,14 +131,21 @@ class EngineSet:
 
     def stats(self, reset_peak: bool = False) -> list[dict]:
         # Asked all at once, under one deadline: a rollback's dump with many hung engines waits
-        # one probe, not one per engine.
-        refs = [h.stats.remote(reset_peak) for h in self.handles]
-        deadline = time.monotonic() + self.deadlines.engine_health_s
-        out = []
-        for i, ref in enumerate(refs):
-            try:
-                out.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
-            except (RayActorError, GetTimeoutError):  # dead or hung: the next probe replaces it
-                out.append({"index": i, "dead": True, "kv_usage_peak": 0.0, "tokens_per_s": 0.0,
-                            "busy_fraction": 0.0, "weight_update_s": 0.0})
-        return out
+        # one probe, not one per engine. Dead or hung ones are shown so; the next probe replaces them.
+        answers = _gather([h.stats.remote(reset_peak) for h in self.handles], self.deadlines.engine_health_s)
+        return [{"index": i, "dead": True, "kv_usage_peak": 0.0, "tokens_per_s": 0.0, "busy_fraction": 0.0,
+                 "weight_update_s": 0.0} if isinstance(answer, Exception) else answer
+                for i, answer in enumerate(answers)]
+
+
+def _gather(refs: list, timeout_s: float) -> list:
+    """Each ref's value, all within one deadline; a dead actor's slot holds its RayActorError and
+    a late one's its GetTimeoutError (the caller decides what each means)."""
+    deadline = time.monotonic() + timeout_s
+    answers = []
+    for ref in refs:
+        try:
+            answers.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+        except (RayActorError, GetTimeoutError) as error:
+            answers.append(error)
+    return answers

@@ -37,7 +37,7 @@ from envs.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
 from envs.outcomes import InfraError, InfraSource, TaskRefused
 from envs.jail.capture import TIMEOUT_EXIT_CODE
 from envs.process import run_process
-from envs.sandbox import PATHS_PER_COMMAND, ExecResult
+from envs.sandbox import ExecResult, command_line_chunks
 from envs.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -252,9 +252,7 @@ class DockerSandbox:
         the agent's processes are gone by then, so nothing moves under it)."""
         wanted = {posixpath.relpath(workspace_path(self.workdir, path), self.workdir): path for path in paths}
         found: Dict[str, str] = {}
-        names = list(wanted)
-        for start in range(0, len(names), PATHS_PER_COMMAND):
-            chunk = names[start:start + PATHS_PER_COMMAND]
+        for chunk in command_line_chunks(list(wanted)):
             data = self._cli_bytes([self._docker, "exec", "-u", "0", self._lease(), "tar", "-cf", "-", "-C", self.workdir,
                                     "--", *chunk], f"read {chunk[0]!r}" + (f" and {len(chunk) - 1} more" if len(chunk) > 1 else ""))
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -274,8 +272,8 @@ class DockerSandbox:
         relative = {posixpath.relpath(workspace_path(self.workdir, path), self.workdir): content
                     for path, content in files.items()}
         folders = sorted({posixpath.join(self.workdir, posixpath.dirname(name)) for name in relative})
-        for start in range(0, len(folders), PATHS_PER_COMMAND):
-            self._cli([self._docker, "exec", self._lease(), "mkdir", "-p", "--", *folders[start:start + PATHS_PER_COMMAND]],
+        for chunk in command_line_chunks(folders):
+            self._cli([self._docker, "exec", self._lease(), "mkdir", "-p", "--", *chunk],
                       f"create the folders of {len(files)} files")
         uid, _, gid = (self.config.docker_user or "0:0").partition(":")
         buffer = io.BytesIO()

@@ -20,7 +20,7 @@ from envs import harbor_verifier
 from envs.grader import GradeResult, grade, grader_written_paths
 from envs.outcomes import ActorLost, InfraError, InfraSource, WorkspaceError
 from envs.protection import classify, is_tool_output, local_modules, source_reason
-from envs.sandbox import PATHS_PER_COMMAND, Sandbox
+from envs.sandbox import Sandbox, command_line_chunks
 from envs.tasks import Task
 from envs.workspace_change import Change, ListingError, Manifest, diff_manifests, take_manifest
 
@@ -228,9 +228,9 @@ def apply_change(sandbox: Sandbox, change: CapturedChange) -> None:
 
 def _in_chunks(sandbox: Sandbox, command: str, paths: list[str]) -> None:
     """`command` over `paths`, a bounded number per call: thousands of paths fit no command line."""
-    for start in range(0, len(paths), PATHS_PER_COMMAND):
+    for chunk in command_line_chunks(paths):
         # Bounded by sandbox.command_timeout_s, as any command in the sandbox.
-        result = sandbox.exec(" ".join([command, *(shlex.quote(p) for p in paths[start:start + PATHS_PER_COMMAND])]))
+        result = sandbox.exec(" ".join([command, *(shlex.quote(p) for p in chunk)]))
         if result.exit_code != 0:
             raise InfraError(InfraSource.GRADER, f"cannot apply the change ({command}): {result.output[-500:]}")
 

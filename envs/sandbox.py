@@ -12,6 +12,11 @@ from envs.tasks import Task
 PATHS_PER_COMMAND = 200
 
 
+def command_line_chunks(paths: Sequence[str]) -> list[list[str]]:
+    """`paths` cut into runs of at most PATHS_PER_COMMAND, one command line each."""
+    return [list(paths[start:start + PATHS_PER_COMMAND]) for start in range(0, len(paths), PATHS_PER_COMMAND)]
+
+
 @dataclass
 class ExecResult:
     exit_code: int
