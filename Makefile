@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sglang-side harness harbor docker chromium test test-fast run check-dashboard clean
+.PHONY: setup debian sglang-side harness harbor docker chromium suite-clock test test-fast check run check-dashboard clean
 
 setup: $(STAMP) harness
 
@@ -11,14 +11,44 @@ setup: $(STAMP) harness
 SETUP_LOG := $(VENV)/setup.log
 logged = { $(1); } >> $(SETUP_LOG) 2>&1 || { tail -n 40 $(SETUP_LOG); echo "set-up failed: $(SETUP_LOG)"; exit 1; }
 
-$(STAMP): pyproject.toml
+# Each set-up step times itself into $(SETUP_TIMES) (`step seconds` per line); `make test` hands
+# the file and the moment make started to the suite's summary (tests/suite_clock.py), which
+# prints them with the slowest tests and writes the per-test table to $(TEST_REPORT)/tests.json.
+TEST_REPORT := runs/test-report
+SETUP_TIMES := $(TEST_REPORT)/setup-steps.txt
+SUITE_START := $(shell date +%s.%N)
+step_begin = mkdir -p $(TEST_REPORT) && date +%s.%N > $(TEST_REPORT)/$(1).start
+step_end = echo "$(1) $$(awk -v s=$$(cat $(TEST_REPORT)/$(1).start) -v e=$$(date +%s.%N) 'BEGIN { printf "%.1f", e - s }')" \
+	>> $(SETUP_TIMES) && rm -f $(TEST_REPORT)/$(1).start
+
+# The Debian packages a run or the suite needs, each installed where its command is missing, all in
+# one apt-get call (every `apt-get update` costs seconds). Best effort: each step below checks its
+# own command again and says what it means when it is still missing.
+DEBIAN_RUN := bubblewrap:bwrap
+DEBIAN_TEST := $(DEBIAN_RUN) docker.io:dockerd debootstrap:debootstrap chromium:chromium
+DEBIAN ?= $(DEBIAN_RUN)
+missing_debian = $(strip $(foreach p,$(DEBIAN),$(if $(shell command -v $(lastword $(subst :, ,$(p))) 2>/dev/null),,$(firstword $(subst :, ,$(p))))))
+
+debian:
+	@$(call step_begin,debian)
+	@if [ -n "$(missing_debian)" ]; then echo "installing Debian packages: $(missing_debian)"; \
+		mkdir -p $(VENV) && { apt-get update -qq && apt-get install -y -qq $(missing_debian); } >> $(SETUP_LOG) 2>&1 \
+		|| echo "warning: apt-get install $(missing_debian) failed ($(SETUP_LOG))"; fi
+	@$(call step_end,debian)
+
+$(STAMP): pyproject.toml | debian
 	@echo "setting up $(VENV) (bubblewrap, torch for CPU, swerve and its test tools); output in $(SETUP_LOG)"
+	@command -v bwrap >/dev/null || echo "warning: bubblewrap not installed; sandboxes fall back to no isolation"
+	@$(call step_begin,venv)
 	@test -x $(PY) || python3 -m venv $(VENV)
-	@command -v bwrap >/dev/null || { { apt-get update -qq && apt-get install -y -qq bubblewrap; } >> $(SETUP_LOG) 2>&1; } \
-		|| echo "warning: bubblewrap not installed; sandboxes fall back to no isolation"
+	@$(call step_end,venv)
 	@# torch first, pinned: otherwise a dependency pulls a multi-GB CUDA build
+	@$(call step_begin,torch)
 	@$(call logged,$(PY) -m pip install -q torch==2.13.0)
+	@$(call step_end,torch)
+	@$(call step_begin,swerve)
 	@$(call logged,$(PY) -m pip install -q -e '.[dev]')
+	@$(call step_end,swerve)
 	@touch $(STAMP)
 
 # SGLang's own code beside the venv (not in it: its dependencies are GPU-only), pinned, with --no-deps:
@@ -31,7 +61,8 @@ SGLANG_SIDE ?= $(HOME)/.cache/swerve/sglang-$(SGLANG_VERSION)
 SGLANG_SIDE_PKGS := sglang==$(SGLANG_VERSION) orjson==3.13.0 psutil==7.2.2 pybase64==1.5.1 starlette==1.10.0 \
 	msgspec==0.23.0 pyzmq==27.3.0 ipython==9.18.1 traitlets==5.16.1
 
-sglang-side: setup
+sglang-side: $(STAMP)
+	@$(call step_begin,sglang-side)
 	@if grep -qxF '$(SGLANG_SIDE_PKGS)' '$(SGLANG_SIDE)/.installed' 2>/dev/null; then :; \
 	elif rm -rf '$(SGLANG_SIDE).tmp' && $(PY) -m pip install -q --no-deps --target '$(SGLANG_SIDE).tmp' $(SGLANG_SIDE_PKGS) \
 		&& echo '$(SGLANG_SIDE_PKGS)' > '$(SGLANG_SIDE).tmp/.installed' \
@@ -39,25 +70,29 @@ sglang-side: setup
 		echo "SGLang $(SGLANG_VERSION) side install: $(SGLANG_SIDE)"; \
 	else rm -rf '$(SGLANG_SIDE).tmp'; \
 		echo "warning: SGLang side install failed; the SGLang conformance tests will skip (retry: make sglang-side)"; fi
+	@$(call step_end,sglang-side)
 
 # mini-swe-agent for swerve/Harness-v0 (env.harness.name=mini-swe-agent), pinned, in its own venv
 # outside the checkout: sandboxes bind it read-only at the same path (envs/harnesses.py finds it), and
-# it is made from this venv's base interpreter, which the local sandbox binds too. litellm and openai
+# it is made from python3, the base interpreter of $(VENV), which the local sandbox binds too (so it
+# needs nothing of $(VENV) and is set up beside it). litellm and openai
 # are pinned with it because they write the requests the gateway must accept. The stamp holds the
 # package list, so a second run is instant and a changed pin reinstalls. Unlike the optional parts,
 # a failure stops here: the harness recipe and its tests need it.
 HARNESS_PKGS := mini-swe-agent==2.4.6 litellm==1.110.2 openai==3.60.0
 MINI_SWE_AGENT_DIR ?= $(HOME)/.cache/swerve/harness/mini-swe-agent-2.4.6
 
-harness: $(STAMP)
+harness:
+	@$(call step_begin,harness)
 	@if grep -qxF '$(HARNESS_PKGS)' '$(MINI_SWE_AGENT_DIR)/.installed' 2>/dev/null; then :; \
 	else echo "installing $(HARNESS_PKGS) into $(MINI_SWE_AGENT_DIR); output in $(SETUP_LOG)"; \
 		rm -rf '$(MINI_SWE_AGENT_DIR)' && mkdir -p '$(dir $(MINI_SWE_AGENT_DIR))' \
-		&& { $(PY) -m venv '$(MINI_SWE_AGENT_DIR)' && '$(MINI_SWE_AGENT_DIR)/bin/python' -m pip install -q $(HARNESS_PKGS); } \
+		&& { python3 -m venv '$(MINI_SWE_AGENT_DIR)' && '$(MINI_SWE_AGENT_DIR)/bin/python' -m pip install -q $(HARNESS_PKGS); } \
 			>> $(SETUP_LOG) 2>&1 \
 		&& echo '$(HARNESS_PKGS)' > '$(MINI_SWE_AGENT_DIR)/.installed' \
 		|| { tail -n 40 $(SETUP_LOG); rm -rf '$(MINI_SWE_AGENT_DIR)'; \
 			echo "set-up failed: mini-swe-agent not installed ($(SETUP_LOG)); retry: make harness"; exit 1; }; fi
+	@$(call step_end,harness)
 
 # Harbor (PyPI harbor, pinned) in its own venv outside the checkout: tests make their Harbor task
 # fixtures with Harbor's own `harbor init --task` code (tests/envs/harbor_tasks.py finds it). Harbor
@@ -73,39 +108,53 @@ HARBOR_PKGS := harbor==$(HARBOR_VERSION)
 HARBOR_WHEELS := pytest==8.4.1 pytest-json-ctrf==0.3.5 iniconfig==2.3.1 packaging==26.4 pluggy==1.7.0 pygments==2.21.0
 HARBOR_DIR ?= $(HOME)/.cache/swerve/harbor-$(HARBOR_VERSION)
 
-harbor: $(STAMP)
+harbor:
+	@$(call step_begin,harbor)
 	@if grep -qxF '$(HARBOR_PKGS) $(HARBOR_WHEELS)' '$(HARBOR_DIR)/.installed' 2>/dev/null; then :; \
 	else echo "installing $(HARBOR_PKGS) into $(HARBOR_DIR); output in $(SETUP_LOG)"; \
 		rm -rf '$(HARBOR_DIR)' && mkdir -p '$(dir $(HARBOR_DIR))' \
-		&& { $(PY) -m venv '$(HARBOR_DIR)' \
+		&& { python3 -m venv '$(HARBOR_DIR)' \
 			&& '$(HARBOR_DIR)/bin/python' -m pip install -q --ignore-requires-python $(HARBOR_PKGS) \
 			&& '$(HARBOR_DIR)/bin/python' -m pip download -q --no-deps --only-binary=:all: -d '$(HARBOR_DIR)/wheels' $(HARBOR_WHEELS); } \
 			>> $(SETUP_LOG) 2>&1 \
 		&& echo '$(HARBOR_PKGS) $(HARBOR_WHEELS)' > '$(HARBOR_DIR)/.installed' \
 		|| { tail -n 40 $(SETUP_LOG); rm -rf '$(HARBOR_DIR)'; \
 			echo "set-up failed: Harbor not installed ($(SETUP_LOG)); retry: make harbor"; exit 1; }; fi
+	@$(call step_end,harbor)
 
 # A Docker engine for the container sandbox's tests: the engine (docker.io) and debootstrap (the
 # offline base image) installed if missing, then the base image built once per engine (cached by
 # its recipe's hash). Where none of it can be had, only a warning: those tests then skip, naming
 # why. The tests start a daemon themselves when none answers, and stop it, by its pid, at the end.
-docker: setup
+docker: $(STAMP)
 	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null \
 		|| { { apt-get update -qq && apt-get install -y -qq docker.io debootstrap; } >> $(SETUP_LOG) 2>&1; } \
 		|| echo "warning: docker.io / debootstrap not installed; the Docker tests will skip"
+	@$(call step_begin,docker-base-image)
 	@$(PY) -m envs.docker_engine base-image >> $(SETUP_LOG) 2>&1 \
 		|| echo "warning: no Docker base image ($$(tail -n 1 $(SETUP_LOG))); the Docker tests will skip"
+	@$(call step_end,docker-base-image)
 
 # Debian's Chromium for the dashboard check (bench/check_dashboard.py), installed if missing. Unlike
 # the optional parts above, a failure stops here: the check is part of `make test`, never skipped there.
-chromium: setup
+chromium: | debian
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
 		|| $(call logged,apt-get update -qq && apt-get install -y -qq chromium)
 
 # The full suite (what CI runs), the dashboard check among it (tests/bench/test_check_dashboard.py).
-test: setup sglang-side harbor docker chromium
+# Set-up first: the Debian packages in one call, then the venvs, the side installs and the Docker
+# base image side by side (downloads, unpacking and debootstrap wait on the network and the disk
+# more than on the cores). The summary names the slowest tests and each step's time.
+test: DEBIAN := $(DEBIAN_TEST)
+test: suite-clock debian
+	@$(MAKE) --no-print-directory -j 4 --output-sync=target DEBIAN='$(DEBIAN)' setup sglang-side harbor docker chromium
 	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' SWERVE_MINI_SWE_AGENT_DIR='$(MINI_SWE_AGENT_DIR)' \
-		SWERVE_HARBOR_DIR='$(HARBOR_DIR)' $(PY) -m pytest -q -p no:cacheprovider tests
+		SWERVE_HARBOR_DIR='$(HARBOR_DIR)' SWERVE_SUITE_START=$(SUITE_START) SWERVE_SETUP_TIMES=$(SETUP_TIMES) \
+		SWERVE_TEST_TIMES=$(TEST_REPORT)/tests.json $(PY) -m pytest -q -p no:cacheprovider -m "not check" tests
+
+# A run's set-up times start afresh.
+suite-clock:
+	@rm -f $(SETUP_TIMES)
 
 # Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).
 test-fast: setup
@@ -116,6 +165,7 @@ run: setup
 
 # A real headless browser shows our roles in Ray's dashboard during a short run; the screenshot
 # is left at runs/check-dashboard/dashboard-actors.png.
+check-dashboard: DEBIAN := $(DEBIAN_RUN) chromium:chromium
 check-dashboard: setup chromium
 	timeout 600 $(PY) -m bench.check_dashboard --run-dir runs/check-dashboard
 

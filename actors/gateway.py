@@ -31,7 +31,7 @@ from aiohttp import web
 
 from configs.schema import DeadlinesConfig
 from envs.gateway_route import make_connectable
-from policies.server.serving import stream_sse
+from policies.server.sse import stream_sse
 
 from policies.openai_wire import ChatRequest, OpenAIError, models_body, not_found_error, parse_chat_request, stream_events
 

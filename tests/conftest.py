@@ -5,6 +5,9 @@ import pytest
 
 from actors.policy_setup import ensure_policy
 from configs import load_config
+# Where the suite's time went, printed and written at the end of every run.
+from tests.suite_clock import (pytest_runtest_logreport, pytest_sessionstart,  # noqa: F401
+                               pytest_terminal_summary)
 
 # Tests build tiny models and tokenizers; keep them out of the user's cache and share them
 # across the session.
@@ -81,27 +84,7 @@ def model_path(tiny_policy):
 # Whatever needs the shared Ray session is slow by definition; tests that start their own Ray, a
 # server process, a training run or a process fleet, and any test one of whose cases takes over
 # FAST_TEST_S, carry `pytest.mark.slow` themselves. `make test` runs both tiers.
-FAST_TEST_S = 1.0
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "ray_session" in item.fixturenames or "docker_image" in item.fixturenames:
             item.add_marker(pytest.mark.slow)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Under `-m "not slow"`, name the tests over FAST_TEST_S: they belong in the slow tier (a
-    warning, never a failure: a timing is no test's verdict)."""
-    if config.getoption("markexpr") != "not slow":
-        return
-    took: dict[str, float] = {}
-    for reports in terminalreporter.stats.values():
-        for report in reports:
-            if getattr(report, "when", None) in ("setup", "call", "teardown"):
-                took[report.nodeid] = took.get(report.nodeid, 0.0) + report.duration
-    over = sorted(((s, node) for node, s in took.items() if s > FAST_TEST_S), reverse=True)
-    if over:
-        terminalreporter.section(f"over {FAST_TEST_S:.0f} s, not marked slow (make test-fast is the 3-minute tier)")
-        for seconds, node in over[:20]:
-            terminalreporter.write_line(f"{seconds:6.1f} s  {node}")

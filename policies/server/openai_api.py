@@ -22,7 +22,8 @@ from policies.openai_wire import (ChatRequest, OpenAIError, completion_body, con
                                   template_messages)
 from policies.server import protocol
 from policies.server.request import Request
-from policies.server.serving import run_requests, stream_sse
+from policies.server.serving import run_requests
+from policies.server.sse import stream_sse
 from policies.server.state import ServerState
 
 MODELS = "/v1/models"

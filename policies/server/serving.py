@@ -61,12 +61,3 @@ async def run_requests(scheduler: Scheduler, items: List[Request]) -> List[Reque
                 scheduler.abort(item.rid)
         raise
 
-
-async def stream_sse(request: web.Request, events: List[bytes]) -> web.StreamResponse:
-    """Server-sent events, written as they come: the OpenAI routes' streaming replies."""
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await response.prepare(request)
-    for event in events:
-        await response.write(event)
-    await response.write_eof()
-    return response
