@@ -145,12 +145,23 @@ chromium: | debian
 # Set-up first: the Debian packages in one call, then the venvs, the side installs and the Docker
 # base image side by side (downloads, unpacking and debootstrap wait on the network and the disk
 # more than on the cores). The summary names the slowest tests and each step's time.
+SUITE_SETUP = @$(MAKE) --no-print-directory -j 4 --output-sync=target DEBIAN='$(DEBIAN)' setup sglang-side harbor docker chromium
+SUITE_ENV = SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' SWERVE_MINI_SWE_AGENT_DIR='$(MINI_SWE_AGENT_DIR)' SWERVE_HARBOR_DIR='$(HARBOR_DIR)'
+
 test: DEBIAN := $(DEBIAN_TEST)
 test: suite-clock debian
-	@$(MAKE) --no-print-directory -j 4 --output-sync=target DEBIAN='$(DEBIAN)' setup sglang-side harbor docker chromium
-	SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' SWERVE_MINI_SWE_AGENT_DIR='$(MINI_SWE_AGENT_DIR)' \
-		SWERVE_HARBOR_DIR='$(HARBOR_DIR)' SWERVE_SUITE_START=$(SUITE_START) SWERVE_SETUP_TIMES=$(SETUP_TIMES) \
-		SWERVE_TEST_TIMES=$(TEST_REPORT)/tests.json $(PY) -m pytest -q -p no:cacheprovider -m "not check" tests
+	$(SUITE_SETUP)
+	$(SUITE_ENV) SWERVE_SUITE_START=$(SUITE_START) SWERVE_SETUP_TIMES=$(SETUP_TIMES) SWERVE_TEST_TIMES=$(TEST_REPORT)/tests.json \
+		$(PY) -m pytest -q -p no:cacheprovider -m "not check" tests
+
+# The second tier: the rest of the catalogues and the soak runs that do not fit make test's budget
+# (docs/contracts.md lists each with its reason); each check's result lands in BENCHMARKS.md. One
+# alone: make check CHECK=tests/bench/test_torture.py (any pytest node id).
+CHECK ?= tests
+check: DEBIAN := $(DEBIAN_TEST)
+check: debian
+	$(SUITE_SETUP)
+	$(SUITE_ENV) SWERVE_TEST_TIMES=$(TEST_REPORT)/check.json $(PY) -m pytest -q -p no:cacheprovider -m check $(CHECK)
 
 # A run's set-up times start afresh.
 suite-clock:
@@ -158,7 +169,7 @@ suite-clock:
 
 # Unit tests only: no Ray, no process fleets, no training runs (tests marked `slow` are left out).
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
+	SWERVE_TEST_TIMES=$(TEST_REPORT)/test-fast.json $(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 run: setup
 	$(VENV)/bin/swerve pipeline --config configs/default.yaml

@@ -25,6 +25,8 @@ from configs import Config
 from configs.schema import SandboxConfig
 
 RESULTS_DIR = Path("bench/results")
+# `make check`'s last result per check (tests/suite_clock.py records them), shown below the benchmarks.
+CHECKS_DIR = RESULTS_DIR / "check"
 TABLE = Path("BENCHMARKS.md")
 
 
@@ -224,7 +226,27 @@ def write_table() -> None:
         rows.append(f"| {r['name']} | {r['figure']} | {_num(r['baseline'])} | {_num(r['ratio'])} | "
                     f"{_num(r['bound'])} | {r['target']} | {'yes' if r['met'] else 'no'} | {keys} | {r['machine']} | "
                     f"{r['date']} |")
+    checks = sorted(CHECKS_DIR.glob("*.json"))
+    if checks:
+        rows += ["", "## `make check`", "", "The second tier (docs/contracts.md lists what it holds and why): each "
+                 "check's last result, recorded by the run that played it (`make check`, or one alone with "
+                 "`make check CHECK=<test>`).", "",
+                 "| check | cases | passed | failed | skipped | seconds | machine | date |", "|---|---|---|---|---|---|---|---|"]
+        for path in checks:
+            c = json.loads(path.read_text())
+            rows.append(f"| `{c['check']}` | {c['cases']} | {c['passed']} | {c['failed']} | {c['skipped']} | "
+                        f"{c['seconds']:.0f} | {c['machine']} | {c['date']} |")
     TABLE.write_text("\n".join(rows) + "\n")
+
+
+def record_checks(checks: list[dict]) -> None:
+    """Each check's result (check, cases, passed, failed, skipped, seconds) as its last, and the table."""
+    CHECKS_DIR.mkdir(parents=True, exist_ok=True)
+    for check in checks:
+        name = check["check"].replace("/", ".").replace("::", "--")
+        row = {**check, "machine": _machine(), "date": datetime.date.today().isoformat()}
+        (CHECKS_DIR / f"{name}.json").write_text(json.dumps(row, indent=2) + "\n")
+    write_table()
 
 
 def _num(value) -> str:

@@ -125,8 +125,10 @@ def fault_run(cfg: Config, work: Path, steps: int, rates: dict = FAULT_RATES, ov
     init_ray(run_cfg)
     run = train(run_cfg)
     acc = json.loads((run / "accounting.json").read_text())
+    versions = [json.loads(line)["policy_version"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {"faults": acc["faults"], "samples_lost": samples_lost(acc), "trained_twice": _trained_twice(run),
-            "accounting": {k: acc[k] for k in COUNTERS}}
+            "accounting": {k: acc[k] for k in COUNTERS}, "engine_replacements": acc["engine_replacements"],
+            "versions": versions}
 
 
 # Short deadlines, so a hang is found in seconds (the defaults are sized for real models);

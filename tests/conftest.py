@@ -83,8 +83,11 @@ def model_path(tiny_policy):
 # Test tiers: `make test-fast` runs `-m "not slow"`, the unit tests, in under 3 minutes on 2 cores.
 # Whatever needs the shared Ray session is slow by definition; tests that start their own Ray, a
 # server process, a training run or a process fleet, and any test one of whose cases takes over
-# FAST_TEST_S, carry `pytest.mark.slow` themselves. `make test` runs both tiers.
+# FAST_TEST_S (tests/suite_clock.py), carry `pytest.mark.slow` themselves. `make test` runs both
+# tiers (-m "not check") within its budget; `make check` (-m check) runs the second tier: the rest of
+# the catalogues and the soak runs, each listed with its reason in docs/contracts.md.
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "ray_session" in item.fixturenames or "docker_image" in item.fixturenames:
+        if "ray_session" in item.fixturenames or "docker_image" in item.fixturenames \
+                or item.get_closest_marker("check"):
             item.add_marker(pytest.mark.slow)

@@ -22,6 +22,8 @@ SLOWEST_SHOWN = 25
 # belongs in the slow tier.
 FAST_TEST_S = 1.0
 FAST_TIER = "not slow"
+# The second tier (`make check`, -m check): each check's result is recorded in BENCHMARKS.md.
+CHECK_TIER = "check"
 
 _started = {"wall": time.time()}
 _tests: dict[str, dict] = {}
@@ -76,6 +78,20 @@ def report(tests: list[dict], pytest_wall_s: float, suite_start: float | None, s
     }
 
 
+def checks(tests: list[dict]) -> list[dict]:
+    """One row per test function (its parametrized cases together): how many cases passed, failed
+    and were skipped, and the seconds they took."""
+    rows: dict[str, dict] = {}
+    for entry in tests:
+        name = entry["test"].split("[", 1)[0]
+        row = rows.setdefault(name, {"check": name, "cases": 0, "passed": 0, "failed": 0, "skipped": 0,
+                                     "seconds": 0.0})
+        row["cases"] += 1
+        row["failed" if entry["outcome"] in ("failed", "error") else entry["outcome"]] += 1
+        row["seconds"] = round(row["seconds"] + _seconds(entry), 1)
+    return sorted(rows.values(), key=lambda r: r["check"])
+
+
 def _fast_tier_summary(reporter, tests: list[dict]) -> None:
     over = [e for e in tests if e["seconds"] > FAST_TEST_S]
     if over:
@@ -94,6 +110,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     out.write_text(json.dumps(table, indent=1) + "\n")
     if markexpr == FAST_TIER:
         _fast_tier_summary(terminalreporter, table["tests"])
+    if markexpr == CHECK_TIER and table["tests"]:
+        from bench.registry import TABLE, record_checks
+
+        record_checks(checks(table["tests"]))
+        terminalreporter.write_line(f"make check: each check's result is recorded in {TABLE}")
+    if not table["tests"]:
+        return  # nothing ran (a collection, or an empty selection): nothing to tell
     write = terminalreporter.write_line
     terminalreporter.section(f"the {min(SLOWEST_SHOWN, len(table['tests']))} slowest tests (all: {out})")
     for entry in table["tests"][:SLOWEST_SHOWN]:

@@ -32,14 +32,22 @@ def story_args(run_dir, swerve_cache, name="story", *extra):
             f"tokenizer.cache_dir={swerve_cache}", *SMALL, *extra]
 
 
+# The story's shape is make run's (configs/default.yaml): micro tasks, RL on the fresh-task stream
+# with pass-rate selection, an eval along the way (after step 1, so RL runs as two segments).
+STORY = ["tasks.source=micro", "pipeline.rl_tasks=stream", "rollout.task_selection=pass_rate",
+         "trainer.total_steps=2", "pipeline.rl_eval_steps=[1]"]
+
+
 @pytest.fixture(scope="module")
 def story(ray_session, swerve_cache, tmp_path_factory):
     """One finished pipeline (base, sft, rl) shared by the tests that read it or re-run it."""
     run_dir = tmp_path_factory.mktemp("pipeline")
     terminal = io.StringIO()  # what a user would see (a pipe, not a terminal: no live redraws)
     # A status line every 0.2 s, so even a fast machine's 2-task eval writes one to the log.
-    with contextlib.redirect_stdout(terminal):
-        assert main(["pipeline", *story_args(run_dir, swerve_cache, "story", "run.status_interval_s=0.2")]) == 0
+    with contextlib.redirect_stdout(terminal), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SWERVE_CACHE_DIR", str(run_dir / "tasks"))  # the stream's rows, this run's own
+        assert main(["pipeline", *story_args(run_dir, swerve_cache, "story", "run.status_interval_s=0.2",
+                                             *STORY)]) == 0
     (run_dir / "terminal.txt").write_text(terminal.getvalue())
     return run_dir
 
@@ -49,10 +57,10 @@ def test_the_console_shows_a_progress_line_per_stage_and_the_log_holds_the_rest(
     console = (story / "terminal.txt").read_text().splitlines()
     log = (story / "story" / "logs" / "console.log").read_text()
     assert len(console) < 40, console
-    for label, unit in (("base eval", "attempts"), ("sft traces", "tasks"), ("sft train", "steps"),
-                        ("rl train", "steps"), ("sft eval", "attempts"), ("rl eval", "attempts")):
+    for label, unit, times in (("base eval", "attempts", 1), ("sft traces", "tasks", 1), ("sft train", "steps", 1),
+                               ("rl train", "steps", 2), ("sft eval", "attempts", 1), ("rl eval", "attempts", 2)):
         done = [line for line in console if line.startswith(f"[swerve] {label}: ") and "took" in line]
-        assert len(done) == 1 and f" {unit}/" in done[0], (label, console)
+        assert len(done) == times and all(f" {unit}/" in line for line in done), (label, console)  # rl: 2 segments, 2 evals
     assert console[-1] == f"[swerve] the whole log: {story / 'story' / 'logs' / 'console.log'}"
     # Each step's status, the weight-loading bars and Ray's worker notices are the log's alone.
     for chatter in ("[swerve] step 1/1", "Loading weights", "[swerve] eval: "):
@@ -70,13 +78,9 @@ def test_pipeline_writes_summary_predictions_and_curve(story):
         assert {"delta", "ci95_low", "ci95_high", "tasks", "better", "worse"} <= set(summary[delta])
         assert summary[delta]["ci95_low"] <= summary[delta]["delta"] <= summary[delta]["ci95_high"]
     assert set(summary["pass_at_1_ci95"]) == {"base", "sft", "rl"}
-    # The RL stage trained on the training tasks without an expert trace.
-
     from envs.loaders import load_tasks
 
-    train_ids = [t.id for t in load_tasks("builtin", "train", [])]
-    rl_ids = yaml.safe_load((root / "rl" / "config.yaml").read_text())["tasks"]["ids"]
-    assert rl_ids == train_ids[2:]
+    train_ids = [t.id for t in load_tasks("micro", "train", [])]
     for stage in ("base", "sft", "rl"):
         assert (root / stage / "eval.json").is_file()
         marker = json.loads((root / stage / MARKER).read_text())
@@ -85,6 +89,9 @@ def test_pipeline_writes_summary_predictions_and_curve(story):
     sft_marker = json.loads((root / "sft" / MARKER).read_text())
     assert sft_marker["outputs"]["policy"] == "sft/policy" and sft_marker["traced_task_ids"] == train_ids[:2]
     assert (root / "rl" / "policy" / "config.json").is_file()
+    # RL started from SFT's policy, the output of the stage before it.
+    rl_config = yaml.safe_load((root / "rl" / "config.yaml").read_text())
+    assert rl_config["model"]["path"].endswith("sft/policy")
     rows = [json.loads(line) for line in (root / "predictions.jsonl").read_text().splitlines()]
     assert rows and all({"instance_id", "model_name_or_path", "model_patch"} <= set(r) for r in rows)
     assert (root / "learning_curve.png").read_bytes().startswith(b"\x89PNG")
@@ -97,7 +104,7 @@ def test_rerun_of_a_finished_pipeline_skips_every_stage(story, swerve_cache, cap
     before = {path: (path.read_bytes(), path.stat().st_mtime_ns)
               for stage in ("base", "sft", "rl") for path in (root / stage / "eval.json", root / stage / MARKER)}
     summary = (root / "summary.json").read_bytes()
-    assert main(["pipeline", *story_args(story, swerve_cache)]) == 0
+    assert main(["pipeline", *story_args(story, swerve_cache, "story", *STORY)]) == 0
     out = capsys.readouterr().out
     for stage in ("base", "sft", "rl"):
         line = next(line for line in out.splitlines() if line.startswith(f"[swerve] pipeline: {stage} "))
@@ -179,28 +186,36 @@ def test_pipeline_killed_during_rl_resumes_from_its_checkpoint(ray_session, swer
     assert [r["policy_version"] for r in rows] == [1, 2]
     accounting = json.loads((root / "rl" / "accounting.json").read_text())
     assert accounting["admitted"] == sum(accounting[k] for k in IDENTITY)
+    trained = [(t["group_id"], t["member"], t["attempt"]) for f in (root / "rl" / "trajectories").glob("*.jsonl")
+               for t in map(json.loads, f.read_text().splitlines())]
+    assert trained and len(trained) == len(set(trained))  # nothing trained twice across the kill
     assert (root / "rl" / MARKER).is_file() and (root / "rl" / "policy" / "config.json").is_file()
     summary = json.loads((root / "summary.json").read_text())
     assert summary["stages"] == ["rl"] and summary["rl_pass_at_1"] == json.loads((root / "rl" / MARKER).read_text())["pass@1"]
 
 
-@pytest.mark.slow  # an RL stage with an eval along the way
-def test_the_rl_stage_on_the_stream_is_evaluated_along_the_way(ray_session, swerve_cache, tmp_path, monkeypatch):
-    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "tasks"))
-    args = story_args(tmp_path, swerve_cache, "curve", "pipeline.stages=[sft,rl]", "tasks.source=micro",
-                      "pipeline.rl_tasks=stream", "trainer.total_steps=2", "pipeline.rl_eval_steps=[1]")
-    assert main(["pipeline", *args]) == 0
-    root = tmp_path / "curve"
+@pytest.mark.slow  # reads the pipeline's output
+def test_the_rl_stage_on_the_stream_is_evaluated_along_the_way_and_resumes_without_repeating_a_task(story):
+    root = story / "story"
     rl_config = yaml.safe_load((root / "rl" / "config.yaml").read_text())["tasks"]
     assert (rl_config["split"], rl_config["ids"]) == ("stream", [])
-    trained = [json.loads(line)["task_id"] for f in (root / "rl" / "trajectories").glob("*.jsonl")
+    trained = [json.loads(line) for f in sorted((root / "rl" / "trajectories").glob("*.jsonl"))
                for line in f.read_text().splitlines()]
-    assert trained and all(t.startswith("micro-stream-") for t in trained)
+    assert trained and all(t["task_id"].startswith("micro-stream-") for t in trained)
+    groups: dict[str, set] = {}
+    for t in trained:  # fresh tasks, each rolled out as one group, none drawn again after the resume
+        groups.setdefault(t["task_id"], set()).add(t["group_id"])
+    assert all(len(g) == 1 for g in groups.values()), groups
     assert (root / "rl" / "at-step-1" / "eval.json").is_file() and (root / "rl_curve.png").is_file()
     curve = json.loads((root / "summary.json").read_text())["rl_curve"]
     assert [p["step"] for p in curve] == [1, 2] and all("minus_sft" in p for p in curve)
     events = [json.loads(line)["event"] for line in (root / "rl" / "events.jsonl").read_text().splitlines()]
     assert events == ["start", "done", "resume", "done"]  # the second segment went on from the first's end
+    acc = json.loads((root / "rl" / "accounting.json").read_text())
+    assert acc["admitted"] == sum(acc[k] for k in IDENTITY)
+    assert acc["admission"]["tasks_seen"] >= 2 and acc["admission"]["groups_by_pass_rate"] == 0
+    rows = [json.loads(line) for line in (root / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["policy_version"] for r in rows] == [1, 2] and all(r["train_pass_rate"] is not None for r in rows)
 
 
 # -- the stages' configs (no Ray) -------------------------------------------------------------

@@ -7,7 +7,10 @@ import os
 from actors.sample_collector import COUNTERS
 from bench.torture import run_torture
 
-pytestmark = pytest.mark.slow  # SIGKILLs a training run's driver, repeatedly
+# make check: 200 s of the same path make test covers once (a kill, then --resume) in
+# tests/actors/test_ray_job.py and tests/actors/test_pipeline.py; a kill inside a checkpoint save is
+# tests/policies/test_checkpoint.py's. Here: three kills at random moments, one of them mid-save.
+pytestmark = pytest.mark.check
 
 IDENTITY = COUNTERS[1:]
 TOTAL_STEPS = 6
