@@ -133,7 +133,9 @@ def fault_run(cfg: Config, work: Path, steps: int, rates: dict = FAULT_RATES, ov
 
 # Short deadlines, so a hang is found in seconds (the defaults are sized for real models);
 # the sandbox ones also serve tests/actors/test_supervisor.py's sandbox faults.
-SANDBOX_FAULT_DEADLINES = ("sandbox.command_timeout_s=5", "env.swe.grade_timeout_s=10", "deadlines.sandbox_margin_s=5")
+# A stopped sandbox met in the graded view's listing waits out its limit: 10 s, not the default 60.
+SANDBOX_FAULT_DEADLINES = ("sandbox.command_timeout_s=5", "env.swe.grade_timeout_s=10", "env.swe.listing_timeout_s=10",
+                           "deadlines.sandbox_margin_s=5")
 ROLE_OVERRIDES = ("trainer.checkpoint_interval=1", "deadlines.train_step_s=20", "deadlines.engine_health_s=3",
                   "engine.health_interval_s=1", *SANDBOX_FAULT_DEADLINES)
 
@@ -304,7 +306,7 @@ def write_report(result: dict) -> None:
              "", "Time to heal: from the fault to the run's next finished step (after a rollback, the step it had "
              "reached plus one). A hang is found by its deadline first: the bench sets deadlines.train_step_s=20, "
              "engine health 3 s, sandbox calls their own limit plus deadlines.sandbox_margin_s=5 (the workspace "
-             "listing's own limit, env.swe.listing_timeout_s, was 60 s), and the batch then waits for the hung episode's re-run (staleness pacing).",
+             "listing's own limit, env.swe.listing_timeout_s, is 10 s here), and the batch then waits for the hung episode's re-run (staleness pacing).",
              "",
              *(f"| {line} |" for line in table.splitlines()), "",
              "A grader crash can only be injected when an episode submits, which the small random policy of the "

@@ -59,45 +59,67 @@ def finished_whole(path, steps=3) -> dict:
     return acc
 
 
-@pytest.mark.slow
-# trainer-0 killed: test_a_corrupt_newest_checkpoint_is_skipped_when_the_run_heals.
-@pytest.mark.parametrize("role", ["collector", "episode-0"])
-def test_a_killed_role_is_replaced_and_the_run_finishes(ray_session, swerve_cache, tmp_path, role):
-    cfg = small(tmp_path, swerve_cache, f"kill-{role}")
-    ns = f"swerve-{cfg.run.name}"
-    killed = []
-    AfterStep(tmp_path / cfg.run.name, lambda: killed.append(hit(ns, role, "actor", signal.SIGKILL)))
-    acc = finished_whole(train(cfg))
-    kind = role_kind(role)
-    assert killed and acc["restarts"][kind] >= 1
-    if kind in ("collector", "trainer"):  # stateful: the run rolled back to its checkpoint once
-        assert acc["restarts"][kind] == 1 and acc["heal_s"][kind][0] > 0
-    else:  # replaced where it died, its work re-run; nothing rolled back
-        assert acc["restarts"]["collector"] == acc["restarts"]["trainer"] == 0 and acc["infra_excluded"] >= 0
+def gone(pid: int) -> bool:
+    """The process ended within 10 s."""
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 @pytest.mark.slow
-def test_a_hung_trainer_shard_is_found_by_its_deadline(ray_session, swerve_cache, tmp_path):
-    # No checkpoint after step 1: the stopped shard is met in step 2's update, and the run starts over.
-    cfg = small(tmp_path, swerve_cache, "hang-trainer", "deadlines.train_step_s=20", "trainer.checkpoint_interval=2")
+def test_killed_and_hung_roles_without_state_are_replaced_where_they_are_and_the_run_goes_on(
+        ray_session, swerve_cache, tmp_path):
+    """In one run, after its first step: an episode actor killed, a sandbox actor killed, one that
+    stops answering (found when a call outlives its time limit plus deadlines.sandbox_margin_s),
+    one whose command is stopped, and the engine's server stopped (found by its health probes).
+    Each is replaced where it died and its episodes re-run (the stopped command is ended by its own
+    timeout, like any command that hangs); nothing rolls back."""
+    cfg = small(tmp_path, swerve_cache, "stateless", *SANDBOX_FAULT_DEADLINES, "deadlines.engine_health_s=3",
+                "engine.health_interval_s=1")
     ns = f"swerve-{cfg.run.name}"
-    AfterStep(tmp_path / cfg.run.name, lambda: hit(ns, "trainer-0", "actor", signal.SIGSTOP))
+    faults = (("episode-3", "actor", signal.SIGKILL), ("sandbox-0", "actor", signal.SIGKILL),
+              ("sandbox-1", "actor", signal.SIGSTOP), ("sandbox-2", "command", signal.SIGSTOP),
+              ("engine-0", "server", signal.SIGSTOP))
+    hit_pids = []
+    AfterStep(tmp_path / cfg.run.name, lambda: hit_pids.extend(hit(ns, *fault) for fault in faults))
     acc = finished_whole(train(cfg))
-    assert acc["restarts"]["trainer"] == 1
+    assert len(hit_pids) == len(faults)
+    assert acc["restarts"]["collector"] == acc["restarts"]["trainer"] == acc["restarts"]["run"] == 0
+    assert acc["restarts"]["episode"] >= 1 and acc["restarts"]["engine"] >= 1
+    assert acc["infra_excluded"] >= 2  # the episodes the two sandbox actors held were not scored, and were re-run
+    assert [pid for pid in hit_pids if not gone(pid)] == []  # nothing that was hit is left behind
 
 
 @pytest.mark.slow
-def test_a_hung_engine_server_is_replaced_and_the_run_goes_on(ray_session, swerve_cache, tmp_path):
-    cfg = small(tmp_path, swerve_cache, "hang-engine", "deadlines.engine_health_s=3", "engine.health_interval_s=1")
+def test_killed_stateful_roles_roll_back_to_the_newest_usable_checkpoint(ray_session, swerve_cache, tmp_path, caplog):
+    """The collector killed (SIGKILL) after step 1: the run rebuilds the fleet from step 1's
+    checkpoint. Then step 2's checkpoint is damaged and a trainer shard killed: the run rolls back
+    to step 1's checkpoint again (warning about step 2's) and still trains every step once."""
+    cfg = small(tmp_path, swerve_cache, "killed", "trainer.total_steps=4")
+    run = tmp_path / cfg.run.name
     ns = f"swerve-{cfg.run.name}"
-    stopped = []
-    AfterStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "engine-0", "server", signal.SIGSTOP)))
-    acc = finished_whole(train(cfg))
-    assert stopped and acc["restarts"]["engine"] >= 1 and acc["restarts"]["trainer"] == 0
-    with pytest.raises(ProcessLookupError):  # the stopped server ended with its engine
-        for _ in range(100):
-            os.kill(stopped[0], 0)
-            time.sleep(0.1)
+    step2 = run / "checkpoints" / step_dir_name(2)
+
+    def corrupt_then_kill():
+        model = next(p for p in sorted(step2.iterdir()) if p.suffix in (".pt", ".safetensors"))
+        with open(model, "r+b") as f:
+            f.seek(model.stat().st_size // 2)
+            f.write(b"\x00" * 64)
+        hit(ns, "trainer-0", "actor", signal.SIGKILL)
+
+    collector = AfterStep(run, lambda: hit(ns, "collector", "actor", signal.SIGKILL))
+    trainer = AfterStep(run, corrupt_then_kill, step=2,
+                        ready=lambda: collector.acted_at is not None and (step2 / "meta.json").exists())
+    with caplog.at_level(logging.WARNING):
+        acc = finished_whole(train(cfg), steps=4)
+    assert collector.acted_at is not None and trainer.acted_at is not None
+    assert acc["restarts"]["collector"] == 1 and acc["restarts"]["trainer"] == 1
+    assert acc["heal_s"]["collector"][0] > 0 and acc["heal_s"]["trainer"][0] > 0
+    assert any(step_dir_name(2) in r.getMessage() and "not usable" in r.getMessage() for r in caplog.records)
 
 
 def _playing(ns: str) -> bool:
@@ -139,67 +161,28 @@ def test_an_engine_that_takes_requests_and_never_answers_is_found_by_the_watchdo
 
 
 @pytest.mark.slow
-def test_a_collector_call_that_never_returns_is_ended_by_its_deadline(ray_session, swerve_cache, tmp_path, capfd):
-    """The collector stopped (SIGSTOP) after the first step: the driver's next call to it never
-    returns (a book call, or the snapshot of step 1's checkpoint), the collector's handle ends the
-    wait at its deadline, names the role and the run rolls back. (The watchdog cannot be the one: it reads the books
-    from that same collector.)"""
-    cfg = small(tmp_path, swerve_cache, "collector-hangs", "deadlines.collector_call_s=10", "deadlines.checkpoint_s=10",
-                "trainer.total_steps=2")
+def test_hung_stateful_roles_are_found_by_their_deadlines_and_the_run_rolls_back(ray_session, swerve_cache, tmp_path,
+                                                                                 capfd):
+    """The collector stopped (SIGSTOP) after step 1: the driver's next call to it never returns (a
+    book call, or the snapshot of step 1's checkpoint), the collector's handle ends the wait at its
+    deadline, names the role and the run rolls back. (The watchdog cannot be the one: it reads the
+    books from that same collector.) Then a trainer shard stopped after step 2: met in step 3's
+    update, found by deadlines.train_step_s, and the run rolls back again."""
+    cfg = small(tmp_path, swerve_cache, "hung", "deadlines.collector_call_s=10", "deadlines.checkpoint_s=10",
+                "deadlines.train_step_s=20")
+    run = tmp_path / cfg.run.name
     ns = f"swerve-{cfg.run.name}"
-    stopped = []
-    AfterStep(tmp_path / cfg.run.name, lambda: stopped.append(hit(ns, "collector", "actor", signal.SIGSTOP)))
+    collector = AfterStep(run, lambda: hit(ns, "collector", "actor", signal.SIGSTOP))
+    trainer = AfterStep(run, lambda: hit(ns, "trainer-0", "actor", signal.SIGSTOP), step=2,
+                        ready=lambda: collector.acted_at is not None)
     path = train(cfg)
-    acc = finished_whole(path, steps=2)
-    assert stopped and acc["restarts"]["collector"] == 1 and acc["restarts"]["run"] == 0
+    acc = finished_whole(path)
+    assert collector.acted_at is not None and trainer.acted_at is not None
+    assert acc["restarts"]["collector"] == 1 and acc["restarts"]["trainer"] == 1 and acc["restarts"]["run"] == 0
     rollbacks = [e for e in map(json.loads, (path / "events.jsonl").read_text().splitlines()) if e["event"] == "rollback"]
     assert [(e["role"], e["cause"]) for e in rollbacks] == [
-        ("collector", "did not answer within 10 s (hung; deadlines.* in the config)")]
+        ("collector", "did not answer within 10 s (hung; deadlines.* in the config)"),
+        ("trainer-0", "did not answer within 20 s (hung; deadlines.* in the config)")]
     dump = capfd.readouterr().out.split("rollback: collector did not answer within 10 s")[1]
     assert re.match(r"[^\n]*\n  driver: waiting on collector\.(snapshot|next_batch|accounting|set_version)\n", dump)
     assert "  engine: " in dump and "episode actors: 4 playing" in dump
-
-
-@pytest.mark.slow
-def test_killed_or_hung_sandboxes_cost_their_episodes_not_the_run(ray_session, swerve_cache, tmp_path):
-    """In one run: a sandbox actor killed, one that stops answering (found when a call outlives
-    its time limit plus deadlines.sandbox_margin_s) and one whose command is stopped. The first
-    two fail their episodes as infra_error(sandbox), which are re-run; the stopped command is
-    ended by its own timeout, like any command that hangs."""
-    cfg = small(tmp_path, swerve_cache, "sandboxes", *SANDBOX_FAULT_DEADLINES)
-    ns = f"swerve-{cfg.run.name}"
-    faults = (("sandbox-0", "actor", signal.SIGKILL), ("sandbox-1", "actor", signal.SIGSTOP),
-              ("sandbox-2", "command", signal.SIGSTOP))
-    hit_pids = []
-    AfterStep(tmp_path / cfg.run.name, lambda: hit_pids.extend(hit(ns, *fault) for fault in faults))
-    acc = finished_whole(train(cfg))
-    assert len(hit_pids) == 3 and acc["restarts"]["collector"] == acc["restarts"]["trainer"] == 0
-    assert acc["infra_excluded"] >= 2  # the episodes the two actors held were not scored, and were re-run
-    for pid in hit_pids:  # nothing that was hit is left behind
-        with pytest.raises(ProcessLookupError):
-            for _ in range(100):
-                os.kill(pid, 0)
-                time.sleep(0.1)
-
-
-@pytest.mark.slow
-def test_a_corrupt_newest_checkpoint_is_skipped_when_the_run_heals(ray_session, swerve_cache, tmp_path, caplog):
-    """Step 2's checkpoint is damaged, then a trainer shard is killed (SIGKILL): the run rebuilds
-    the fleet, rolls back to step 1's checkpoint (warning about step 2's) and still trains every
-    step once."""
-    cfg = small(tmp_path, swerve_cache, "corrupt-ckpt", "trainer.total_steps=4")
-    run = tmp_path / cfg.run.name
-    step2 = run / "checkpoints" / step_dir_name(2)
-
-    def corrupt_then_kill():
-        model = next(p for p in sorted(step2.iterdir()) if p.suffix in (".pt", ".safetensors"))
-        with open(model, "r+b") as f:
-            f.seek(model.stat().st_size // 2)
-            f.write(b"\x00" * 64)
-        hit(f"swerve-{cfg.run.name}", "trainer-0", "actor", signal.SIGKILL)
-
-    act = AfterStep(run, corrupt_then_kill, step=2, ready=lambda: (step2 / "meta.json").exists())
-    with caplog.at_level(logging.WARNING):
-        acc = finished_whole(train(cfg), steps=4)
-    assert act.acted_at is not None and acc["restarts"]["trainer"] == 1 and acc["heal_s"]["trainer"][0] > 0
-    assert any(step_dir_name(2) in r.getMessage() and "not usable" in r.getMessage() for r in caplog.records)
