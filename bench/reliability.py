@@ -28,8 +28,11 @@ FAULT_RATES = {"sandbox_kill_rate": 0.03, "sandbox_start_fail_rate": 0.1, "llm_e
 # rarely does: the grader run's episodes are a scripted agent's (engine.backend=sim) that runs
 # `true` and submits at turn 1 or 2. Sandbox, grader, collector and trainer are the real ones.
 GRADER_RATES = {"grader_crash_rate": 0.5}
+# The scripted agents' replies come whole, at once (a zero-time decode step): these runs measure what the
+# sandbox, the grader and the books do with what the agent did, not how long a reply takes.
+INSTANT_REPLIES = ("engine.sim.step_base_s=0", "engine.sim.step_per_request_s=0")
 GRADER_OVERRIDES = ("engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=1",
-                    "engine.sim.submit_turn_max=2", "engine.sim.command=true")
+                    "engine.sim.submit_turn_max=2", "engine.sim.command=true", *INSTANT_REPLIES)
 
 
 # One scripted agent's command (engine.sim.command) that leaves, at random, what the listing,
@@ -61,7 +64,8 @@ def _scripted_agent_run(cfg: Config, work: Path, name: str, steps: int, command:
 
     overrides = ["engine.backend=sim", "engine.sim.cap_fraction=0", "engine.sim.submit_turn_min=2",
                  "engine.sim.submit_turn_max=2", "engine.sim.tokens_per_turn_min=600",
-                 "engine.sim.tokens_per_turn_max=600", "rollout.max_tokens_per_turn=640", "rollout.max_turns=2"]
+                 "engine.sim.tokens_per_turn_max=600", "rollout.max_tokens_per_turn=640", "rollout.max_turns=2",
+                 *INSTANT_REPLIES]
     run_cfg = _config(cfg, work, [f"run.dir={work}", f"run.name={name}", f"trainer.total_steps={steps}", *overrides])
     run_cfg.engine.sim.command = command  # set here, not as an override: a shell line is no YAML scalar
     init_ray(run_cfg)
