@@ -54,7 +54,16 @@ def task():
     return load_tasks("builtin", "train")[0]
 
 
-def run(tmp_path, model_path, tokenizer_path, task, command_for, fail_at=None, **harness_fields):
+@pytest.fixture(scope="module")
+def engine(model_path):
+    """One engine server for the module's episodes, ended with it (a server left running holds
+    ~400 MB and its share of the cores for the rest of the suite)."""
+    engine = EngineActor(0, EngineConfig(), model_path)
+    yield engine
+    engine.close()
+
+
+def run(tmp_path, engine, tokenizer_path, task, command_for, fail_at=None, **harness_fields):
     script, patch = tmp_path / "harness.py", tmp_path / "fix.patch"
     script.write_text(HARNESS)
     patch.write_text(task.gold_patch)
@@ -69,7 +78,7 @@ def run(tmp_path, model_path, tokenizer_path, task, command_for, fail_at=None, *
             seen.append((list(request.prompt_ids), out))
             return out
 
-    engines = Recording([EngineActor(0, EngineConfig(), model_path)], local_call)
+    engines = Recording([engine], local_call)
     env = EnvConfig(id="swerve/Harness-v0",
                     harness=HarnessConfig(name="command", command=command_for(script, patch),
                                           files=[str(script), str(patch)], **harness_fields))
@@ -90,8 +99,8 @@ def run(tmp_path, model_path, tokenizer_path, task, command_for, fail_at=None, *
     return traj, seen
 
 
-def test_a_harness_in_the_jail_is_served_token_exactly_and_graded(tmp_path, model_path, tokenizer_path, task):
-    traj, seen = run(tmp_path, model_path, tokenizer_path, task,
+def test_a_harness_in_the_jail_is_served_token_exactly_and_graded(tmp_path, engine, tokenizer_path, task):
+    traj, seen = run(tmp_path, engine, tokenizer_path, task,
                      lambda script, patch: f"python3 {script} {patch} 1")
     assert traj.outcome == "resolved" and traj.reward == 1.0, (traj.error, traj.harness)
     assert "REACHED []" in traj.harness["harness_output"]  # no route but its session
@@ -108,24 +117,24 @@ def test_a_harness_in_the_jail_is_served_token_exactly_and_graded(tmp_path, mode
     assert traj.model_patch and not traj.tampered
 
 
-def test_a_harness_that_ignores_its_session_end_is_stopped_at_the_request_cap(tmp_path, model_path, tokenizer_path,
+def test_a_harness_that_ignores_its_session_end_is_stopped_at_the_request_cap(tmp_path, engine, tokenizer_path,
                                                                                task):
     # After its requests it would sleep for ever; the cap ends the episode and stops it.
-    traj, _ = run(tmp_path, model_path, tokenizer_path, task,
+    traj, _ = run(tmp_path, engine, tokenizer_path, task,
                   lambda script, patch: f"python3 {script} {patch} 1; sleep 1000", max_requests=1)
     assert traj.outcome == "truncated" and traj.turns == 1 and traj.reward == 0.0
     assert traj.harness["requests"] == 1 and traj.harness["harness_exit_code"] != 0  # stopped, not finished
 
 
 @pytest.mark.parametrize("config", ["default", "text"])
-def test_mini_swe_agent_runs_unmodified_in_the_jail(tmp_path, model_path, tokenizer_path, task, config):
+def test_mini_swe_agent_runs_unmodified_in_the_jail(tmp_path, engine, tokenizer_path, task, config):
     """The real mini-swe-agent 2.4.6 (`make harness`), in its default tool-calling configuration and
     its text-based one: the untrained policy's replies are its outcome (graded), never an infra error."""
     from envs.harnesses import mini_swe_agent_home
     mini_swe_agent_home()  # the set-up installs it (`make harness`); missing, this names the target
     env = EnvConfig(id="swerve/Harness-v0", harness=HarnessConfig(mini_swe_agent_config=config, max_requests=3))
     sandbox_cfg = env_sandbox(env, SandboxConfig())
-    engines = EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call)
+    engines = EngineRouter([engine], local_call)
     actor = EpisodeActor(0, RolloutConfig(max_tokens_per_turn=16, max_episode_seconds=180.0), env, sandbox_cfg,
                          tokenizer_path, engines, None, LocalSandbox(sandbox_cfg), gateway=GatewaySpec(4096, 600.0))
     try:
@@ -141,10 +150,10 @@ def test_mini_swe_agent_runs_unmodified_in_the_jail(tmp_path, model_path, tokeni
     assert sum(traj.loss_mask) > 0 and len(traj.segment_starts) >= 1
 
 
-def test_an_engine_failure_is_an_infra_error_and_stops_the_harness(tmp_path, model_path, tokenizer_path, task):
+def test_an_engine_failure_is_an_infra_error_and_stops_the_harness(tmp_path, engine, tokenizer_path, task):
     # The second request's generate fails; that episode is swerve's failure, and its harness,
     # which would sleep on, is stopped so that the next episode has the lease to itself.
-    failed, again = run(tmp_path, model_path, tokenizer_path, task,
+    failed, again = run(tmp_path, engine, tokenizer_path, task,
                         lambda script, patch: f"python3 {script} {patch} 1; sleep 1000", fail_at=1, max_requests=2)
     assert failed.outcome == "infra_error" and failed.infra_source == "engine"
     assert again.outcome in ("resolved", "unresolved", "truncated"), (again.outcome, again.error)

@@ -52,9 +52,13 @@ def test_injected_llm_errors_are_engine_infra_errors(model_path):
     from actors.engine_router import local_call
 
     plan = FaultPlan.for_episode(FaultsConfig(llm_error_rate=1.0), seed=0)
-    router = plan.wrap_router(EngineRouter([EngineActor(0, EngineConfig(), model_path)], local_call))
-    with pytest.raises(InfraError, match="injected"):
-        router.generate(SampleRequest([1, 2], 2), "k")
+    engine = EngineActor(0, EngineConfig(), model_path)
+    try:
+        router = plan.wrap_router(EngineRouter([engine], local_call))
+        with pytest.raises(InfraError, match="injected"):
+            router.generate(SampleRequest([1, 2], 2), "k")
+    finally:
+        engine.close()  # a server left running holds ~400 MB and its share of the cores for the rest of the suite
     assert plan.injected == {"llm_error": 1}
     assert FaultPlan.for_episode(FaultsConfig(), seed=0) is None  # no rate set: no wrapper at all
 
