@@ -76,6 +76,10 @@ def sandbox_start(cfg: Config, repetitions: int) -> dict:
     return result
 
 
+# The lease-start levels of `sandbox_start` (leases started at once).
+START_CONCURRENCY = (1, 16, 64)
+
+
 def _start_times(sandbox: SandboxConfig, repetitions: int) -> dict:
     from dataclasses import replace
 
@@ -86,7 +90,7 @@ def _start_times(sandbox: SandboxConfig, repetitions: int) -> dict:
     results = {}
     for mode, pool_size in (("cold", 0), ("warm", 1)):
         sandbox_cfg = replace(sandbox, pool_size=pool_size)
-        for concurrency in (1, 16, 64):
+        for concurrency in START_CONCURRENCY:
             times = _lease_starts(lambda: SANDBOX_BACKENDS[sandbox.backend](sandbox_cfg), task, concurrency,
                                   rounds=repetitions + 1)
             results[f"{mode}_c{concurrency}"] = {"p50_s": statistics.median(times),

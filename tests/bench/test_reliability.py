@@ -15,15 +15,17 @@ pytestmark = pytest.mark.slow  # training runs with every fault kind
 
 
 def test_bench_writes_results_and_table(tmp_path, monkeypatch):
+    from bench import registry
     from envs import docker_engine
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(registry, "START_CONCURRENCY", (1, 4))  # the bench's shape; its sizes are `swerve bench`'s
     # The docker side (minutes of container starts) is measured by hand; here it says why it is absent.
     monkeypatch.setattr(docker_engine, "engine_reason", lambda: "docker: not measured in this test")
     assert main(["bench", "sandbox_start", "--repetitions", "1"]) == 0
     result = json.loads((tmp_path / "bench" / "results" / "sandbox_start.json").read_text())
     assert {"figure", "baseline", "ratio", "target", "met", "machine", "date"} <= set(result)
-    assert set(result["details"]["local"]) == {f"{m}_c{c}" for m in ("cold", "warm") for c in (1, 16, 64)}
+    assert set(result["details"]["local"]) == {f"{m}_c{c}" for m in ("cold", "warm") for c in (1, 4)}
     assert result["details"]["docker"] == "docker: not measured in this test"
     table = (tmp_path / "BENCHMARKS.md").read_text()
     assert "| sandbox_start |" in table
@@ -50,17 +52,17 @@ SOURCES = {"sandbox_kill": {"sandbox", "grader"}, "sandbox_start_fail": {"sandbo
 # High enough that every kind fires within the bench's two steps.
 RATES = {"sandbox_kill_rate": 0.03, "sandbox_start_fail_rate": 0.3, "llm_error_rate": 0.1, "engine_kill_rate": 1.0,
          "grader_crash_rate": 0.5}
-SCENARIOS = ("faults", "grader", "tamper")
+SCENARIOS = ("faults", "grader")
 
 
 @pytest.fixture(scope="module")
 def bench(ray_session, swerve_cache, tmp_path_factory):
-    """`swerve bench reliability` once, at its smallest, for every test below: the fault-injection
-    run (every fault kind), the grader-crash run and the scripted tampering, forging and laundering
-    agents on Ray. The catalogues it would also play are played case by case in their own tests
-    (test_tamper_catalogue, test_red_team, test_bad_inputs): one case of each here. The whole
+    """`swerve bench reliability` once, at its smallest, for the tests below: the fault-injection
+    run (every fault kind) and the grader-crash run. Its other scenarios are played elsewhere in
+    make test, each once: the catalogues case by case (test_tamper_catalogue, test_red_team,
+    test_bad_inputs), a scripted agent that tampers, forges and launders on Ray (below), a killed
+    driver resumed (test_ray_job, test_pipeline), killed and hung roles (test_supervisor). The whole
     bench, every scenario, is make check's (test_the_whole_reliability_bench_meets_its_target)."""
-    from bench import red_team, tamper_catalogue
     from bench import reliability as bench_reliability
 
     work = tmp_path_factory.mktemp("reliability")
@@ -68,10 +70,6 @@ def bench(ray_session, swerve_cache, tmp_path_factory):
         patch.chdir(work)
         patch.setattr(bench_reliability, "SCENARIOS", SCENARIOS)
         patch.setattr(bench_reliability, "FAULT_RATES", RATES)
-        patch.setattr(red_team, "CATALOGUE", [next(a for a in red_team.CATALOGUE if a.klass == klass)
-                                              for klass in ("forge", "launder")])
-        patch.setattr(tamper_catalogue, "CATALOGUE", [next(a for a in tamper_catalogue.CATALOGUE if a.writes),
-                                                      next(a for a in tamper_catalogue.CATALOGUE if not a.writes)])
         assert main(["bench", "reliability", "--config", str(REPO / "tests" / "smoke.yaml"), "--repetitions", "1",
                      f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=2",
                      "rollout.max_tokens_per_turn=16"]) == 0
@@ -116,16 +114,29 @@ def test_a_grader_crash_in_a_run_is_the_graders_infra_error(bench):
     assert grader["recovered"] == grader["injected"]
 
 
-def test_scripted_tampering_forging_and_laundering_agents_on_ray_earn_nothing(bench):
-    result = bench[1]
-    assert result["tampers_tried"] == 2 and result["tampers_rewarded"] == 0
-    assert result["tampers_flagged"] == result["tampers_writing"] == 1
-    assert result["rl_tamper_rate"] == 1.0 and result["rl_tamper_reward_max"] == 0.0
-    assert result["red_team_tried"] == 6 and result["red_team_rewarded"] == 0 and result["red_team_laundered"] == 0
-    assert result["rl_forge_reward_max"] == 0.0 and result["rl_forge_tamper_rate"] == 1.0
-    # Through episode actors on Ray: the laundering agent's failures are its own, never excluded or quarantined.
-    assert result["rl_launder_reward_max"] == 0.0 and result["rl_launder_infra_excluded"] == 0
-    assert result["rl_launder_quarantined"] == 0 and result["details"]["tamper"]["rl_launder_trained"] >= 1
+# One scripted agent (engine.backend=sim) that does all three at every episode: plants a conftest.py
+# that passes every report, appends code rewriting the reports through names built at run time to
+# every source file, then leaves what once became infra errors (a 60 MB sparse file, a name that is
+# not UTF-8, a folder replaced by a file; the 2000-deep trees of the bench's laundering agent are
+# make check's, and the red team's own tests play them on each shape).
+LAUNDER_SHALLOW = ("truncate -s 60M sparse.bin", "touch \"$(printf 'bad\\377.py')\"",
+                   "f=$(ls -d */ | head -1); rm -rf \"$f\" && echo x > \"$(basename $f)\"")
+
+
+def test_a_scripted_agent_that_tampers_forges_and_launders_on_ray_earns_nothing(ray_session, swerve_cache, tmp_path):
+    from bench.reliability import forge_command, scripted_agent_run
+    from bench.tamper_catalogue import SIM_TAMPER_COMMAND
+    from configs import load_config
+
+    cfg = load_config("tests/smoke.yaml", [f"model.cache_dir={swerve_cache}", f"tokenizer.cache_dir={swerve_cache}"])
+    run = scripted_agent_run(cfg, tmp_path, "rl-everything", 2, "; ".join([SIM_TAMPER_COMMAND, forge_command(),
+                                                                          *LAUNDER_SHALLOW]))
+    rows, acc = run["rows"], run["accounting"]
+    assert [r["policy_version"] for r in rows] == [1, 2]
+    assert max(r["reward_mean"] or 0.0 for r in rows) == 0.0
+    assert min(r["tamper_rate"] or 0.0 for r in rows) == 1.0  # every scored attempt flagged
+    # Through episode actors on Ray: the agent's failures are its own, never excluded or quarantined.
+    assert acc["infra_excluded"] == 0 and acc["quarantined"] == 0 and acc["trained"] >= 1
 
 
 # make check: every scenario at once (the restart torture, a removed node, every role killed and hung,
