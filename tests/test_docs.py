@@ -185,3 +185,40 @@ def test_accounting_identity_matches_the_collector():
     text = section(CONTRACTS, "Accounting identity")
     left, right = re.search(r"^(\w+) = (.+)$", text, re.MULTILINE).groups()
     assert [left, *right.split(" + ")] == list(COUNTERS)
+
+
+def _test_ids(heading: str) -> list[str]:
+    """The `tests/...py::name` ids named in a section of docs/contracts.md."""
+    return [token for token in CODE.findall(section(CONTRACTS, heading)) if re.fullmatch(r"tests/\S+\.py::\w+", token)]
+
+
+def _in_check_tier(path: Path, name: str) -> bool | None:
+    """Whether the test function `name` of `path` is marked `check` (itself or its module); None
+    when the file has no such test function."""
+    import ast
+
+    def is_check(node) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "check" and ast.unparse(node) == "pytest.mark.check"
+
+    tree = ast.parse(path.read_text())
+    module_check = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                       and any(is_check(v) for v in ast.walk(n.value)) for n in tree.body)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return module_check or any(is_check(d) for d in node.decorator_list)
+    return None
+
+
+@pytest.mark.parametrize("heading,in_check", [("What `make test` covers", False), ("What `make check` holds", True)])
+def test_the_tiers_name_tests_that_exist_in_that_tier(heading, in_check):
+    ids = _test_ids(heading)
+    assert len(ids) >= 4, f"no test ids under '{heading}'"
+    wrong = []
+    for test_id in ids:
+        path, name = test_id.split("::")
+        tier = _in_check_tier(ROOT / path, name) if (ROOT / path).is_file() else None
+        if tier is None:
+            wrong.append(f"{test_id}: no such test")
+        elif tier != in_check:
+            wrong.append(f"{test_id}: {'not ' if in_check else ''}marked check")
+    assert not wrong, f"docs/contracts.md, '{heading}':\n" + "\n".join(wrong)

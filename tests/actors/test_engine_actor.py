@@ -5,6 +5,7 @@ import sys
 import threading
 import time
 
+import openai
 import pytest
 import torch
 
@@ -253,6 +254,12 @@ def test_swerve_serve_runs_a_standalone_cpu_engine(swerve_cache, model_path):
         out = parse_generate(client.generate_raw(generate_body(SampleRequest([1, 5, 9, 12], 5, seed=1), "serve-1")), 0)
         assert len(out.token_ids) == 5 and out.versions == [0] * 5
         assert client.get_server_info()["model_path"] == model_path
+        # The README's recipe: the openai client on the same server's OpenAI-compatible routes.
+        chat = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
+        assert [m.id for m in chat.models.list()] == [model_path]
+        reply = chat.chat.completions.create(model=model_path, max_tokens=4, temperature=0.0,
+                                             messages=[{"role": "user", "content": "Fix the bug."}])
+        assert reply.choices[0].message.role == "assistant" and 1 <= reply.usage.completion_tokens <= 4
     finally:
         proc.terminate()
         proc.wait(timeout=30)
