@@ -6,6 +6,7 @@ asserts or reports: kill points, the final books, versions, duplicates among tra
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -36,7 +37,7 @@ def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.5):
 
 class RayHead:
     """`ray start --head --block` with every port explicit (another Ray may hold the defaults) and a
-    token of its own, in its own process group, which is what ends it (never a `ray stop`)."""
+    token of its own, in its own process group: ended by its own pid, then the group (never a `ray stop`)."""
 
     def __init__(self, temp_dir: Path, num_cpus: int = 2):
         self.temp_dir, self.num_cpus = temp_dir, num_cpus
@@ -48,9 +49,11 @@ class RayHead:
             "ray-client-server-port", "runtime-env-agent-port", "node-manager-port", "object-manager-port")}
         # A short path: Ray's socket names must fit in 107 bytes.
         self.ray_tmp = Path(f"/tmp/swt-{secrets.token_hex(3)}")
-        self.gcs = f"127.0.0.1:{port}"
+        self.gcs, self.metrics_port = f"127.0.0.1:{port}", ports["metrics-export-port"]
+        # Ray 2.60 clusters require a token; this cluster gets its own, not the user's ~/.ray one.
+        self.token = secrets.token_hex(32)
         self.env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+                    "RAY_AUTH_TOKEN": self.token}
         self.proc = subprocess.Popen(
             [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
              "--dashboard-host=127.0.0.1", f"--num-cpus={self.num_cpus}", f"--temp-dir={self.ray_tmp}",
@@ -65,12 +68,17 @@ class RayHead:
         return self
 
     def __exit__(self, *exc) -> None:
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        # SIGTERM to `ray start` alone: it stops its own processes in ~2 s. Sent to the whole group,
+        # each process takes its own graceful path and the head needs ~33 s. Whatever is left of the
+        # group after that is killed.
+        self.proc.terminate()
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.kill()
             self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # the group is already empty
+            os.killpg(self.proc.pid, signal.SIGKILL)
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
 
     def _alive_actors(self, namespace: str):

@@ -3,11 +3,9 @@ watched live (`swerve status`, Prometheus), its driver SIGKILLed and the job res
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -15,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from actors.sample_collector import COUNTERS
-from bench.torture import wait_until
-from policies.server.process import free_port
+from bench.torture import RayHead, wait_until
 
 pytestmark = pytest.mark.slow  # a Ray cluster and `ray job submit`
 
@@ -34,8 +31,11 @@ def get_json(url: str, token: str):
 
 
 class Head:
-    def __init__(self, dashboard: str, gcs: str, metrics_port: int, env: dict, token: str):
-        self.dashboard, self.gcs, self.metrics_port, self.env, self.token = dashboard, gcs, metrics_port, env, token
+    """The test's view of a head node (bench/torture.py's RayHead): its job API, by token."""
+
+    def __init__(self, head: RayHead):
+        self.dashboard, self.gcs, self.metrics_port = head.dashboard, head.gcs, head.metrics_port
+        self.env, self.token = head.env, head.token
 
     def api(self, path: str):
         return get_json(f"{self.dashboard}{path}", self.token)
@@ -69,43 +69,10 @@ class Head:
 
 
 @pytest.fixture(scope="module")
-def ray_head():
-    """A head node of our own, in the foreground (--block), ended by its process group id."""
-    port, dashboard_port = free_port(), free_port()
-    # Every port explicit: the test session's own Ray already holds the defaults (e.g. 52365).
-    ports = {flag: free_port() for flag in (
-        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
-        "ray-client-server-port", "runtime-env-agent-port", "node-manager-port", "object-manager-port")}
-    temp_dir = tempfile.mkdtemp(prefix="swr-")
-    # Ray 2.60 clusters require a token; this cluster gets its own, not the user's ~/.ray one.
-    token = secrets.token_hex(32)
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    head = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", "--num-cpus=2",
-         f"--temp-dir={temp_dir}", "--disable-usage-stats", *(f"--{k}={v}" for k, v in ports.items())],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    dashboard = f"http://127.0.0.1:{dashboard_port}"
-    try:
-        wait_until(lambda: _answers(f"{dashboard}/api/version", token), 90, "the dashboard to answer")
-        yield Head(dashboard, f"127.0.0.1:{port}", ports["metrics-export-port"], env, token)
-    finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _answers(url: str, token: str) -> bool:
-    try:
-        get_json(url, token)
-    except OSError:
-        return False
-    return True
+def ray_head(tmp_path_factory):
+    """A head node of our own, on loopback, ended by its process ids (never `ray stop`)."""
+    with RayHead(tmp_path_factory.mktemp("ray-head")) as head:
+        yield Head(head)
 
 
 def common_args(tmp_path, swerve_cache, name):
