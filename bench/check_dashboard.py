@@ -74,19 +74,22 @@ def _answers(url: str) -> bool:
     return True
 
 
-def _wait_for_first_step(run: subprocess.Popen, run_dir: Path, dashboard: str, deadline_s: float) -> None:
-    """Until the run's first optimizer step is in metrics.jsonl (every role has worked by then) and
-    its dashboard answers: what the run guarantees (docs/contracts.md, "Run directory"), not console text."""
-    metrics = run_dir / "metrics.jsonl"
+def _wait_for_dashboard(run: subprocess.Popen, run_dir: Path, dashboard: str, deadline_s: float) -> None:
+    """Until the run's dashboard answers (its roles are being started then; the browser waits for
+    their names, so it starts while the fleet does, not after a first step)."""
     while time.monotonic() < deadline_s:
-        if run.poll() is not None:
-            raise SystemExit(f"the run ended (exit code {run.returncode}) before its first step; "
-                             f"its log: {run_dir / 'logs' / 'console.log'}\n{_tail(run_dir)}")
-        if metrics.is_file() and metrics.read_text().strip() and _answers(dashboard):
+        _check_running(run, run_dir)
+        if _answers(dashboard):
             return
         time.sleep(1.0)
-    raise SystemExit(f"no step in {metrics} (or no answer from {dashboard}) within {RUN_TIMEOUT_S:.0f} s; "
+    raise SystemExit(f"no answer from {dashboard} within {RUN_TIMEOUT_S:.0f} s; "
                      f"its log: {run_dir / 'logs' / 'console.log'}\n{_tail(run_dir)}")
+
+
+def _check_running(run: subprocess.Popen, run_dir: Path) -> None:
+    if run.poll() is not None:
+        raise SystemExit(f"the run ended (exit code {run.returncode}) before every role was shown; "
+                         f"its log: {run_dir / 'logs' / 'console.log'}\n{_tail(run_dir)}")
 
 
 def _tail(run_dir: Path, chars: int = 3000) -> str:
@@ -114,7 +117,8 @@ async def _devtools(ws_url: str):
     return session, socket, send
 
 
-async def _render(browser_port: int, dashboard: str, token: str, screenshot: Path) -> str:
+async def _render(browser_port: int, dashboard: str, token: str, screenshot: Path,
+                  still_running) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{browser_port}/json/list", timeout=10) as response:
         page = next(t for t in json.loads(response.read()) if t["type"] == "page")
     session, socket, send = await _devtools(page["webSocketDebuggerUrl"])
@@ -125,6 +129,7 @@ async def _render(browser_port: int, dashboard: str, token: str, screenshot: Pat
         await send("Page.navigate", url=f"{dashboard}/#/actors")
         deadline_s, text = time.monotonic() + RENDER_TIMEOUT_S, ""
         while time.monotonic() < deadline_s:
+            still_running()
             await send("Runtime.evaluate", expression=_SHOW_ALL_ROWS)
             result = await send("Runtime.evaluate", expression="document.body ? document.body.innerText : ''")
             text = result.get("result", {}).get("value", "")
@@ -149,12 +154,11 @@ def main() -> int:
     token, dashboard_port, browser_port = secrets.token_hex(32), free_port(), free_port()
     dashboard = f"http://127.0.0.1:{dashboard_port}"  # the run binds its dashboard to loopback
     browser_path = _browser()  # before the run: a missing browser is known at once
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a step of an earlier check must not count
     run = _start_run(run_dir, dashboard_port, token, args.overrides)
     profile = tempfile.mkdtemp(prefix="swerve-chromium-")
     browser = None
     try:
-        _wait_for_first_step(run, run_dir, dashboard, time.monotonic() + RUN_TIMEOUT_S)
+        _wait_for_dashboard(run, run_dir, dashboard, time.monotonic() + RUN_TIMEOUT_S)
         # --no-sandbox: Chromium refuses its own sandbox as root; it only loads our loopback page.
         browser = subprocess.Popen([browser_path, "--headless=new", "--no-sandbox", "--disable-gpu",
                                     f"--remote-debugging-port={browser_port}", "--remote-debugging-address=127.0.0.1",
@@ -167,7 +171,7 @@ def main() -> int:
             except OSError:
                 time.sleep(0.2)
         screenshot = run_dir / "dashboard-actors.png"
-        text = asyncio.run(_render(browser_port, dashboard, token, screenshot))
+        text = asyncio.run(_render(browser_port, dashboard, token, screenshot, lambda: _check_running(run, run_dir)))
     finally:
         for process in (browser, run):
             if process is not None and process.poll() is None:
