@@ -59,8 +59,14 @@ def _start_run(run_dir: Path, port: int, token: str, overrides: list[str]) -> su
             f"run.name={run_dir.name}", "trainer.total_steps=200", "rollout.max_turns=3", *overrides]
     # The run's console goes to a file beside its own log: nothing here reads its wording.
     with (run_dir / "check-dashboard.out").open("w") as out:
+        # SIGINT stops the run (below); a shell's background job inherits it ignored (as `make test
+        # &` does), so the run gets Python's own handler back (SIG_DFL in the child, before exec).
         return subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_sigint_default)
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _answers(url: str) -> bool:
