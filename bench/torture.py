@@ -39,8 +39,8 @@ class RayHead:
     """`ray start --head --block` with every port explicit (another Ray may hold the defaults) and a
     token of its own, in its own process group: ended by its own pid, then the group (never a `ray stop`)."""
 
-    def __init__(self, temp_dir: Path, num_cpus: int = 2):
-        self.temp_dir, self.num_cpus = temp_dir, num_cpus
+    def __init__(self, num_cpus: int = 2):
+        self.num_cpus = num_cpus
 
     def __enter__(self) -> "RayHead":
         port = free_port()
@@ -140,7 +140,7 @@ def run_torture(work: Path, overrides: list[str], total_steps: int, seed: int, t
     args = ["--config", str(REPO / "tests" / "smoke.yaml"), f"run.dir={work}", f"run.name={name}", f"trainer.total_steps={total_steps}",
             "trainer.checkpoint_interval=1", "run.status_interval_s=1", *overrides]
     kills = []
-    with RayHead(work / "ray") as head:
+    with RayHead() as head:
         for round_index, point in enumerate(("random", "mid-save", "random")):
             before = max(steps_saved(run), default=0)
             log = work / f"driver-{round_index}.log"

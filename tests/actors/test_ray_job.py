@@ -69,9 +69,9 @@ class Head:
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
+def ray_head():
     """A head node of our own, on loopback, ended by its process ids (never `ray stop`)."""
-    with RayHead(tmp_path_factory.mktemp("ray-head")) as head:
+    with RayHead() as head:
         yield Head(head)
 
 
