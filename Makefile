@@ -52,8 +52,8 @@ $(STAMP): pyproject.toml | debian
 	@touch $(STAMP)
 
 # SGLang's own code beside the venv (not in it: its dependencies are GPU-only), pinned, with --no-deps:
-# tests/policies/server/test_sglang_conformance.py checks our launch flags and request bodies
-# against it (policies/server/sglang_side.py finds it). The stamp holds the package list, so a
+# tests/policies/engines/test_sglang_conformance.py checks our launch flags and request bodies
+# against it (policies/engines/sglang_side.py finds it). The stamp holds the package list, so a
 # second run is instant and a changed pin reinstalls. A failed download only warns: those tests
 # then skip, naming this target.
 SGLANG_VERSION := 0.5.23
@@ -131,17 +131,17 @@ docker: $(STAMP)
 		|| { { apt-get update -qq && apt-get install -y -qq docker.io debootstrap; } >> $(SETUP_LOG) 2>&1; } \
 		|| echo "warning: docker.io / debootstrap not installed; the Docker tests will skip"
 	@$(call step_begin,docker-base-image)
-	@$(PY) -m envs.docker_engine base-image >> $(SETUP_LOG) 2>&1 \
+	@$(PY) -m envs.sandboxes.docker_engine base-image >> $(SETUP_LOG) 2>&1 \
 		|| echo "warning: no Docker base image ($$(tail -n 1 $(SETUP_LOG))); the Docker tests will skip"
 	@$(call step_end,docker-base-image)
 
-# Debian's Chromium for the dashboard check (bench/check_dashboard.py), installed if missing. Unlike
+# Debian's Chromium for the dashboard check (bench/resilience/check_dashboard.py), installed if missing. Unlike
 # the optional parts above, a failure stops here: the check is part of `make test`, never skipped there.
 chromium: | debian
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
 		|| $(call logged,apt-get update -qq && apt-get install -y -qq chromium)
 
-# The full suite (what CI runs), the dashboard check among it (tests/bench/test_check_dashboard.py).
+# The full suite (what CI runs), the dashboard check among it (tests/bench/resilience/test_check_dashboard.py).
 # Set-up first: the Debian packages in one call, then the venvs, the side installs and the Docker
 # base image side by side (downloads, unpacking and debootstrap wait on the network and the disk
 # more than on the cores). The summary names the slowest tests and each step's time.
@@ -156,7 +156,7 @@ test: suite-clock debian
 
 # The second tier: the rest of the catalogues and the soak runs that do not fit make test's budget
 # (docs/contracts.md lists each with its reason); each check's result lands in BENCHMARKS.md. One
-# alone: make check CHECK=tests/bench/test_torture.py (any pytest node id).
+# alone: make check CHECK=tests/bench/resilience/test_torture.py (any pytest node id).
 CHECK ?= tests
 check: DEBIAN := $(DEBIAN_TEST)
 check: debian
@@ -178,7 +178,7 @@ run: setup
 # is left at runs/check-dashboard/dashboard-actors.png.
 check-dashboard: DEBIAN := $(DEBIAN_RUN) chromium:chromium
 check-dashboard: setup chromium
-	timeout 600 $(PY) -m bench.check_dashboard --run-dir runs/check-dashboard
+	timeout 600 $(PY) -m bench.resilience.check_dashboard --run-dir runs/check-dashboard
 
 clean:
 	rm -rf $(VENV) runs

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from bench.async_vs_sync import async_vs_sync
-from bench.gateway import gateway
-from bench.multiturn_rollout import multiturn_rollout
-from bench.reliability import reliability
-from bench.scale import scale
-from bench.turn_overhead import turn_overhead
+from bench.throughput.async_vs_sync import async_vs_sync
+from bench.throughput.gateway import gateway
+from bench.throughput.multiturn_rollout import multiturn_rollout
+from bench.resilience.reliability import reliability
+from bench.throughput.scale import scale
+from bench.throughput.turn_overhead import turn_overhead
 from configs import Config
 from configs.schema import SandboxConfig
 
@@ -32,8 +32,8 @@ TABLE = Path("BENCHMARKS.md")
 
 def engine_throughput(cfg: Config, repetitions: int) -> dict:
     """CPU engine tokens/s at concurrency 1, 8, 32 (continuous batching) vs one request at a time."""
-    from actors.policy_setup import ensure_policy
-    from bench.engine_throughput import measure_throughput
+    from actors.stages.policy_setup import ensure_policy
+    from bench.throughput.engine_throughput import measure_throughput
 
     _, model_path = ensure_policy(cfg)
     runs = [measure_throughput(model_path, (1, 8, 32), torch_threads=cfg.engine.torch_threads)
@@ -54,7 +54,7 @@ def sandbox_start(cfg: Config, repetitions: int) -> dict:
     the offline base image; the reference: 11.7 s for local Docker under load, 1.9 s for E2B)."""
     from dataclasses import replace
 
-    from envs import docker_engine
+    from envs.sandboxes import docker_engine
 
     local = _start_times(cfg.sandbox, repetitions)
     warm, cold = local["warm_c1"]["p50_s"], local["cold_c1"]["p50_s"]
@@ -83,8 +83,8 @@ START_CONCURRENCY = (1, 16, 64)
 def _start_times(sandbox: SandboxConfig, repetitions: int) -> dict:
     from dataclasses import replace
 
-    from actors.sandbox_actor import SANDBOX_BACKENDS
-    from envs.loaders import load_tasks
+    from actors.episodes.sandbox_actor import SANDBOX_BACKENDS
+    from envs.tasks.loaders import load_tasks
 
     task = load_tasks("builtin", "train")[0]
     results = {}
@@ -132,9 +132,9 @@ def weight_sync(cfg: Config, repetitions: int) -> dict:
 
     import ray
 
-    from actors.engine_set import EngineSet
-    from actors.launch import init_ray, namespace
-    from actors.policy_setup import ensure_policy
+    from actors.fleet.engine_set import EngineSet
+    from actors.fleet.launch import init_ray, namespace
+    from actors.stages.policy_setup import ensure_policy
     from policies.model import load_model
 
     init_ray(cfg)
@@ -164,7 +164,7 @@ def weight_sync(cfg: Config, repetitions: int) -> dict:
 
 
 def _reliability_report(result: dict) -> None:
-    from bench.reliability import write_report
+    from bench.resilience.reliability import write_report
 
     write_report(result)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gymnasium
 
 from envs.outcomes import SCORED, InfraError, InfraSource, Outcome
-from envs.tasks import Task
+from envs.tasks.task import Task
 
 ENV_IDS = {
     "swerve/SWE-v0": "envs.swe_env:SWEEnv",

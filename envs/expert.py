@@ -1,6 +1,6 @@
 """Scripted expert traces for SFT: solve tasks through the real env, keep the resolved ones.
 
-The expert plans an agent's replies from a task's gold patch (envs/expert_plan.py): run the
+The expert plans an agent's replies from a task's gold patch (envs/tasks/expert_plan.py): run the
 failing tests, look at the function, fix the line with `sed`, re-run the tests, `submit`. A
 seeded fraction of traces (pipeline.recovery_rate) includes a failure and its recovery
 (LEARNING.md): a plausible wrong edit, the failing test output, re-inspection of the line, the
@@ -9,7 +9,7 @@ correct fix, passing tests, submit.
 Every trace is played for real in the env a run plays (`envs.make.make_env` with the run's
 env, sandbox and tasks sections; its own LocalSandbox); observations are the env's, and only
 episodes that end resolved are written. Rows are OpenAI-style `messages` JSONL that
-`policies.sft.read_traces` / `run_sft` read.
+`policies.training.sft.read_traces` / `run_sft` read.
 
     python -m envs.expert --out traces.jsonl -n 2 --seed 0
 """
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
 from configs.schema import EnvConfig, PipelineConfig, RunConfig, SandboxConfig, SWEEnvConfig, TasksConfig
-from envs.expert_plan import has_wrong_edit, parse_gold_patch, plan_trace, read_lines, wrong_lines
-from envs.loaders import load_tasks
+from envs.tasks.expert_plan import has_wrong_edit, parse_gold_patch, plan_trace, read_lines, wrong_lines
+from envs.tasks.loaders import load_tasks
 from envs.make import make_env
 from envs.swe_env import SWEEnv
-from envs.tasks import Task
+from envs.tasks.task import Task
 
 # Wrong edits tried for a recovery trace before settling for a plain one: most tasks have a
 # wrong edit whose failing test the trace can show within the first few.

@@ -1,9 +1,9 @@
 """swerve/Harness-v0: an unmodified agent harness fixes a repository inside the task's sandbox.
 
 reset() starts the harness (env.harness) in the task's sandbox lease, pointed at its own session
-of the gateway (`options["gateway"]`, actors/gateway.py) as its OpenAI base URL, and returns its
+of the gateway (`options["gateway"]`, actors/episodes/gateway.py) as its OpenAI base URL, and returns its
 first request. Each request the harness makes is an observation: its text is the new messages,
-and `info["request"]` holds the request itself (`.request`, a policies.openai_wire.ChatRequest)
+and `info["request"]` holds the request itself (`.request`, a policies.chat.openai_wire.ChatRequest)
 for the player, which renders and generates. Each action is the answer to that request, as JSON:
 `{"status": 200, "body": {chat.completion}}` or an error body with its status. The episode ends
 when the harness exits (its own "submit" just ends it): the workspace is then graded on the
@@ -11,7 +11,7 @@ pristine view exactly as swerve/SWE-v0 grades it, tamper protection included. A 
 truncated: env.harness.max_requests, or rollout's episode time through `options["deadline_s"]`.
 
 The harness's only network route is its session: the sandbox's gateway socket, reached through
-a forwarder on the jail's loopback (envs/gateway_route.py). A harness that fails because of what
+a forwarder on the jail's loopback (envs/sandboxes/gateway_route.py). A harness that fails because of what
 the agent did is the agent's outcome (graded, its output tail kept in info["harness_output"]);
 only swerve's side failing (the route, the harness install) is an infra error.
 """
@@ -27,10 +27,10 @@ from typing import Any, Optional, Union
 import gymnasium
 
 from configs.schema import HarnessConfig, RolloutConfig
-from envs.gateway_route import GATEWAY_MOUNT, JAIL_PORT, harness_script, route_failed, socket_path_for
+from envs.sandboxes.gateway_route import GATEWAY_MOUNT, JAIL_PORT, harness_script, route_failed, socket_path_for
 from envs.harnesses import harness_command
 from envs.outcomes import InfraError, InfraSource, Outcome
-from envs.sandbox import ExecResult
+from envs.sandboxes.sandbox import ExecResult
 from envs.swe_env import SWEEnv, _section
 from envs.text import MAX_ACTION_CHARS, text_space
 
@@ -72,7 +72,7 @@ class HarnessEnv(gymnasium.Env):
         options = dict(options or {})
         gateway = options.pop("gateway", None)
         if gateway is None:
-            raise ValueError("swerve/Harness-v0 needs options['gateway'] (an actors.gateway.Gateway): the episode "
+            raise ValueError("swerve/Harness-v0 needs options['gateway'] (an actors.episodes.gateway.Gateway): the episode "
                              "actor passes its own; run it through `swerve train` / `swerve eval`")
         budget_s = float(options.pop("deadline_s", RolloutConfig.max_episode_seconds))
         self._close_session()
@@ -81,7 +81,7 @@ class HarnessEnv(gymnasium.Env):
         host_socket = socket_path_for(sandbox)
         if host_socket is None:
             raise InfraError(InfraSource.SANDBOX, f"sandbox backend {type(sandbox).__name__} offers no gateway "
-                             "route, which swerve/Harness-v0 needs (see envs/gateway_route.py)")
+                             "route, which swerve/Harness-v0 needs (see envs/sandboxes/gateway_route.py)")
         gateway.listen_unix(str(host_socket))
         self._gateway, self._session = gateway, gateway.open()
         self._deadline = time.monotonic() + budget_s

@@ -1,10 +1,10 @@
 """The built-in suite as SWE-bench-style image tasks: what a user with SWE-bench rows runs, here.
 
-Each repository of `envs/builtin/repos/` becomes an image `swerve-task/<repo>:<hash>` on the base
-image (envs/docker_engine.py): its code at /testbed, no version-control history, and none of
+Each repository of `envs/tasks/builtin/repos/` becomes an image `swerve-task/<repo>:<hash>` on the base
+image (envs/sandboxes/docker_engine.py): its code at /testbed, no version-control history, and none of
 its tests (they reach the container only at grading, through the row's `test_patch`, as in
 SWE-bench). Each task is a thin image on top holding that task's buggy file, tagged
-`swerve-task/<repo>:<task id>-<hash>`. The rows (`envs/builtin/image_tasks.jsonl`) are in
+`swerve-task/<repo>:<task id>-<hash>`. The rows (`envs/tasks/builtin/image_tasks.jsonl`) are in
 SWE-bench's format plus `image_name`, and load with `--source` like any SWE-bench file.
 
     python -m envs.image_suite rows     # rewrite the shipped rows (after the suite changed)
@@ -20,14 +20,14 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from envs.builtin.suite import REPOS_DIR, repo_files
-from envs.docker_engine import CACHE_LABEL, base_image_tag, image_exists
-from envs.grader import patched_files
-from envs.loaders import load_tasks
-from envs.pristine_view import file_diff
-from envs.tasks import Task
+from envs.tasks.builtin.suite import REPOS_DIR, SUITE_DIR, repo_files
+from envs.sandboxes.docker_engine import CACHE_LABEL, base_image_tag, image_exists
+from envs.grading.grader import patched_files
+from envs.tasks.loaders import load_tasks
+from envs.grading.pristine_view import file_diff
+from envs.tasks.task import Task
 
-ROWS_FILE = Path(__file__).resolve().parent / "builtin" / "image_tasks.jsonl"
+ROWS_FILE = SUITE_DIR / "image_tasks.jsonl"
 REPOSITORY = "swerve-task"
 WORKDIR = "/testbed"
 BUILD_TIMEOUT_S = 600.0
@@ -127,7 +127,7 @@ def build(ids: Sequence[str] = ()) -> list[str]:
     """Build the images of these tasks (all when empty) that the engine lacks; their tags."""
     base = base_image_tag()
     if not image_exists(base):
-        raise RuntimeError(f"the base image {base} is missing: run make docker (python -m envs.docker_engine "
+        raise RuntimeError(f"the base image {base} is missing: run make docker (python -m envs.sandboxes.docker_engine "
                            "base-image)")
     tags = []
     for row, repo_tag, code, tag, buggy in plan():

@@ -37,7 +37,7 @@ class InfraError(RuntimeError):
 
 class ActorLost(InfraError):
     """The process behind a call is gone: its actor died or missed the call's deadline
-    (actors/remote.py `ray_call`). Never the agent's doing, whatever the call was: a grader that
+    (actors/fleet/remote.py `ray_call`). Never the agent's doing, whatever the call was: a grader that
     forgives a failed workspace reset as the agent's must not forgive this one."""
 
 

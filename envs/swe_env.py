@@ -18,14 +18,14 @@ import gymnasium
 
 from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
 from envs.actions import COMMAND, FORMAT_ERROR, parse_action
-from envs.loaders import load_tasks
-from envs.local_sandbox import LocalSandbox
+from envs.tasks.loaders import load_tasks
+from envs.sandboxes.local_sandbox import LocalSandbox
 from envs.outcomes import InfraError, InfraSource, Outcome
-from envs.pristine_view import grade_on_pristine, take_change_and_reset
-from envs.sandbox import Sandbox
-from envs.tasks import Task
+from envs.grading.pristine_view import grade_on_pristine, take_change_and_reset
+from envs.sandboxes.sandbox import Sandbox
+from envs.tasks.task import Task
 from envs.text import MAX_ACTION_CHARS, text_space, truncate_middle
-from envs.workspace_change import ListingError, Manifest, take_manifest
+from envs.grading.workspace_change import ListingError, Manifest, take_manifest
 
 
 Section = TypeVar("Section")
@@ -173,7 +173,7 @@ class SWEEnv(gymnasium.Env):
 
     def final_change(self) -> tuple[str, dict]:
         """For an episode a cap ended: the allowed part of the workspace's change as a unified
-        diff (SWE-bench's `model_patch`; see envs/protection.py) and the protected paths it
+        diff (SWE-bench's `model_patch`; see envs/grading/protection.py) and the protected paths it
         touched (path -> why). It resets the workspace, so only at an episode's end; ("", {})
         before one started. InfraError when the sandbox fails under it: the episode's record is
         then incomplete, and its caller ends the episode as that infra error."""

@@ -3,7 +3,7 @@
 Each task runs twice, each time in a fresh lease of a sandbox from `sandbox_factory`: once
 with the gold patch applied (written into the workspace, applied with `patch -p1`, or
 `git apply` when patch refuses it; a task whose fix is a script runs its gold_script instead),
-once untouched; both are graded with the SWE-bench rule (`envs.grader.grade`). Tasks that fail
+once untouched; both are graded with the SWE-bench rule (`envs.grading.grader.grade`). Tasks that fail
 are quarantined: `write_quarantine` records them (task id -> reason, plus the source) in a JSON
 file written atomically, and training skips the ids `load_quarantine` returns. Tasks whose
 repository lives in an image (workspace_dir == "") are checked in containers (sandbox.backend=
@@ -25,18 +25,18 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
 from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
-from envs.grader import GradeResult
-from envs.harbor_verifier import upload_files
-from envs.loaders.harbor import SOLUTION_DIR
-from envs.cache import cache_root
-from envs.loaders import NAMED_SOURCES, load_tasks
-from envs.stream_sources import open_stream
+from envs.grading.grader import GradeResult
+from envs.grading.harbor_verifier import upload_files
+from envs.tasks.loaders.harbor import SOLUTION_DIR
+from envs.tasks.cache import cache_root
+from envs.tasks.loaders import NAMED_SOURCES, load_tasks
+from envs.tasks.stream_sources import open_stream
 from envs.outcomes import InfraError
-from envs.pristine_view import grade_on_pristine
-from envs.sandbox import Sandbox
-from envs.stream import STREAM_SPLIT, TaskStream
-from envs.tasks import Task
-from envs.workspace_change import take_manifest
+from envs.grading.pristine_view import grade_on_pristine
+from envs.sandboxes.sandbox import Sandbox
+from envs.tasks.stream import STREAM_SPLIT, TaskStream
+from envs.tasks.task import Task
+from envs.grading.workspace_change import take_manifest
 
 OK, QUARANTINED, SKIPPED = "ok", "quarantined", "skipped"
 NEEDS_CONTAINER = "needs container backend"
@@ -109,7 +109,7 @@ def validate_task(task: Task, sandbox_factory: Callable[[], Sandbox], timeout_s:
         return done(QUARANTINED, "no gold patch to check the task with")
     sandbox = sandbox_factory()
     try:
-        # Both graded as an agent's attempt is: on the pristine view (envs/pristine_view.py).
+        # Both graded as an agent's attempt is: on the pristine view (envs/grading/pristine_view.py).
         sandbox.start(task)
         pristine = take_manifest(sandbox, listing)
         failure = _apply_gold(sandbox, task, timeout_s)

@@ -3,7 +3,7 @@
 The BPE merges should fit what the agent actually reads and writes: shell commands,
 Python source, pytest output and English issue text, and the texts of the tasks it will be
 trained on. Those come in as an argument (`build_corpus(task_texts)`): policies never import
-envs, so whoever knows both (actors/policy_setup.py) hands `envs.micro.corpus_texts()` across.
+envs, so whoever knows both (actors/stages/policy_setup.py) hands `envs.tasks.micro.corpus_texts()` across.
 The generator is deterministic (fixed seed, no hash-ordered containers) so the same texts
 always yield the same corpus, the same tokenizer and the same cache key.
 """
@@ -182,11 +182,11 @@ def _task_document(rng: random.Random, tasks: Sequence[Sequence[str]]) -> str:
 
 def build_corpus(task_texts: Sequence[Sequence[str]]) -> List[str]:
     """The tokenizer's training documents: generated shell, Python, pytest and issue text, and
-    `task_texts`, one entry per task: its texts, the issue first (envs.micro.corpus_texts())."""
+    `task_texts`, one entry per task: its texts, the issue first (envs.tasks.micro.corpus_texts())."""
     tasks = [list(texts) for texts in task_texts]
     if not tasks or any(not texts for texts in tasks):
         raise ValueError("build_corpus: pass the training tasks' texts, one non-empty list per task, "
-                         "the issue first (e.g. envs.micro.corpus_texts())")
+                         "the issue first (e.g. envs.tasks.micro.corpus_texts())")
     rng = random.Random(_SEED)
     makers = [_command, _python, _pytest_output, _issue, _reply, _prose,
               lambda r: _task_document(r, tasks)]

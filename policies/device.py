@@ -1,6 +1,6 @@
 """The device a GPU role computes on: the one GPU it was given, never a guess.
 
-Ray sets CUDA_VISIBLE_DEVICES of an actor that asks for GPUs to exactly its own (actors/placement.py
+Ray sets CUDA_VISIBLE_DEVICES of an actor that asks for GPUs to exactly its own (actors/cluster/placement.py
 asks one per trainer shard), so inside the process that GPU is cuda:0. A process that sees several
 GPUs was started outside the placement plan: `torch.cuda.current_device()` would answer 0 in every
 such process and put them all on one GPU, so that is refused with the cause instead.
@@ -21,6 +21,6 @@ def role_device() -> torch.device:
         raise RuntimeError(
             f"this trainer process sees {count} GPUs (CUDA_VISIBLE_DEVICES="
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); a trainer shard must see exactly its own "
-            "one: start it through actors/launch.py (the placement plan asks Ray for one GPU per shard)")
+            "one: start it through actors/fleet/launch.py (the placement plan asks Ray for one GPU per shard)")
     torch.cuda.set_device(0)
     return torch.device("cuda", 0)

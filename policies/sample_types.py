@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 # Why a generation ended (SampleOutput.finish_reason): SGLang's finish_reason "type" strings, so
-# what the server's wire says (policies/server/protocol.py, which imports these) needs no mapping.
+# what the server's wire says (policies/engines/protocol.py, which imports these) needs no mapping.
 FINISH_STOP = "stop"        # a stop token was sampled (it ends the output)
 FINISH_LENGTH = "length"    # max_new_tokens or the context cap
 FINISH_ABORT = "abort"      # aborted or paused mid-generation (the engine actor resumes these)
@@ -34,7 +34,7 @@ class SampleOutput:
 
 @dataclass
 class TrainSample:
-    """One trajectory as the trainer sees it (policies.trainer.pad_samples pads a batch of them)."""
+    """One trajectory as the trainer sees it (policies.training.trainer.pad_samples pads a batch of them)."""
     token_ids: List[int]
     loss_mask: List[int]
     behavior_logprobs: List[float]

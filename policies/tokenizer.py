@@ -14,7 +14,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 from configs.schema import TokenizerConfig
 from policies.cache_dir import build_once, content_hash
-from policies.chat_tokenizer import IM_END, IM_START, PAD_TOKEN
+from policies.chat.chat_tokenizer import IM_END, IM_START, PAD_TOKEN
 from policies.corpus import CORPUS_VERSION, build_corpus
 
 SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.policy_setup import ensure_policy
+from actors.stages.policy_setup import ensure_policy
 from configs import load_config
 # Where the suite's time went, printed and written at the end of every run.
 from tests.suite_clock import (pytest_runtest_logreport, pytest_sessionstart,  # noqa: F401
@@ -47,7 +47,7 @@ def docker_image():
     """A Docker engine for the session (started here when none answers and this machine can run
     one; stopped at the end, by its pid) and the offline-built base image's tag. Skips, with
     the reason, where no engine can run."""
-    from envs import docker_engine
+    from envs.sandboxes import docker_engine
 
     pid, reason = docker_engine.start_engine()
     if reason is not None:

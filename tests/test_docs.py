@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.cli import parser
+from actors.cli.main import parser
 from actors.report.run_dir import METRIC_NAMES
-from actors.sample_collector import COUNTERS
+from actors.training.sample_collector import COUNTERS
 from configs.loader import all_keys
 from configs.schema import Config, DeadlinesConfig
 from envs.outcomes import SCORED, InfraSource, Outcome

@@ -5,11 +5,18 @@ Ray; nothing imports tests; and no import cycle anywhere.
 Read from the source (ast), so a cycle hidden by a function-level import counts as one: every
 import statement is an edge, wherever it is. Importing a.b.c also runs a/__init__ and
 a/b/__init__, so it is an edge to those packages too (unless the importer lives inside them,
-where they are already being imported). The task repositories under envs/builtin/repos are
+where they are already being imported). The task repositories under envs/tasks/builtin/repos are
 data, not part of the package.
+
+Inside a layer, each sub-package names the parts of its own layer it may import (SUB_PACKAGES,
+the rules each sub-package's docstring states); the layer's other top-level modules stand above
+its sub-packages. And no folder becomes a drawer again: at most MAX_MODULES modules side by side,
+no module over MAX_LINES lines.
 """
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("configs", "envs", "policies", "actors", "bench")
@@ -22,7 +29,38 @@ FORBIDDEN = {
     "bench": ("tests",),
 }
 # The CLI entry dispatches `swerve bench NAME` to the tools above it (inside the command's function).
-ALLOWED = {("actors.cli", "bench.registry")}
+ALLOWED = {("actors.cli.main", "bench.registry")}
+# What each sub-package may import from the rest of its own layer (its own modules always).
+# Arrows run down this table: envs (tasks < sandboxes < grading < the envs), actors (report <
+# cluster < engines, episodes < training < fleet < stages < cli), policies (chat < engines <
+# server; training beside them).
+_ENVS_BELOW_GRADING = ("envs.outcomes", "envs.tasks", "envs.sandboxes")
+_ACTORS_BELOW_FLEET = ("actors.report", "actors.cluster", "actors.engines", "actors.episodes", "actors.training")
+SUB_PACKAGES = {
+    "envs.tasks": ("envs.outcomes",),
+    "envs.sandboxes": ("envs.outcomes", "envs.tasks.task"),
+    "envs.grading": _ENVS_BELOW_GRADING,
+    "actors.report": (),
+    "actors.cluster": ("actors.report",),
+    "actors.engines": ("actors.report", "actors.cluster"),
+    "actors.episodes": ("actors.report", "actors.cluster"),
+    "actors.training": ("actors.report", "actors.cluster", "actors.episodes"),
+    "actors.fleet": _ACTORS_BELOW_FLEET,
+    "actors.stages": _ACTORS_BELOW_FLEET + ("actors.fleet",),
+    "actors.cli": _ACTORS_BELOW_FLEET + ("actors.fleet", "actors.stages"),
+    "policies.chat": ("policies.sample_types",),
+    "policies.engines": ("policies.sample_types", "policies.device", "policies.chat"),
+    "policies.server": ("policies.sample_types", "policies.model", "policies.tokenizer", "policies.chat",
+                        "policies.engines"),
+    "policies.training": ("policies.sample_types", "policies.device", "policies.hf_dir", "policies.model",
+                          "policies.tokenizer", "policies.chat"),
+    "bench.throughput": (),
+    "bench.adversarial": (),
+    "bench.resilience": ("bench.adversarial",),
+    "configs.schema": (),
+}
+# A drawer: more modules than a reader takes in side by side, or a module too long to read at once.
+MAX_MODULES, MAX_LINES = 15, 400
 # Layers whose function-level imports may only be third-party (heavy or optional ones, loaded by
 # those who use them). actors/ and bench/ also import our own code lazily, on purpose: the CLI and
 # the torch-free episode processes start fast; the cycle test counts those imports as edges too.
@@ -122,8 +160,8 @@ def test_no_import_cycle_anywhere():
 
 
 def test_the_cycle_finder_finds_a_cycle_through_a_package_init():
-    edges = {"envs.a": {"envs.loaders"}, "envs.loaders": {"envs.loaders.x"}, "envs.loaders.x": {"envs.a"}, "envs.b": set()}
-    assert _cycles(edges) == [["envs.a", "envs.loaders", "envs.loaders.x"]]
+    edges = {"envs.a": {"envs.tasks.loaders"}, "envs.tasks.loaders": {"envs.tasks.loaders.x"}, "envs.tasks.loaders.x": {"envs.a"}, "envs.b": set()}
+    assert _cycles(edges) == [["envs.a", "envs.tasks.loaders", "envs.tasks.loaders.x"]]
 
 
 def test_each_layer_imports_only_what_lies_below_it():
@@ -134,9 +172,9 @@ def test_each_layer_imports_only_what_lies_below_it():
 
 def test_the_layer_check_sees_a_forbidden_import_inside_a_function(tmp_path, monkeypatch):
     sample = tmp_path / "sample.py"
-    sample.write_text("def f():\n    import ray.util\n    from envs.micro import corpus_texts\n")
+    sample.write_text("def f():\n    import ray.util\n    from envs.tasks.micro import corpus_texts\n")
     monkeypatch.setitem(MODULES, "policies.sample", sample)
-    assert [(target, top) for target, _, top in _imports("policies.sample")] == [("ray.util", False), ("envs.micro", False)]
+    assert [(target, top) for target, _, top in _imports("policies.sample")] == [("ray.util", False), ("envs.tasks.micro", False)]
 
 
 def test_below_actors_no_function_level_import_of_our_own_code():
@@ -144,3 +182,55 @@ def test_below_actors_no_function_level_import_of_our_own_code():
            for name in MODULES if name.split(".")[0] in STRICT
            for target, node, at_top in _imports(name) if not at_top and target.split(".")[0] in PACKAGES]
     assert bad == []
+
+
+def _sub_package(name: str) -> str:
+    """The sub-package a module belongs to ("envs.grading"), or "" for a layer's top-level module."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (len(parts) == 2 and _is_package(name)) else ""
+
+
+def _within(target: str, allowed: tuple) -> bool:
+    return any(target == a or target.startswith(a + ".") for a in allowed)
+
+
+def test_every_sub_package_has_its_rule_and_says_it():
+    found = {_sub_package(name) for name in MODULES} - {""}
+    assert found - set(SUB_PACKAGES) <= {"envs.tasks.loaders", "bench.adversarial.bad_inputs"} | {
+        p for p in found if p.split(".")[0] in ("bench", "configs")}  # folders below a sub-package share its rule
+    for package in SUB_PACKAGES:
+        doc = ast.get_docstring(ast.parse(MODULES[package].read_text())) or ""
+        assert "may import" in doc.lower(), f"{package}/__init__.py: say what it may import"
+
+
+def test_each_sub_package_imports_only_what_its_rule_allows():
+    bad = []
+    for name in MODULES:
+        package = _sub_package(name)
+        if package not in SUB_PACKAGES:
+            continue
+        layer = name.split(".")[0]
+        for target, node, _ in _imports(name):
+            if (target.split(".")[0] == layer and target != layer and not _within(target, (package,))
+                    and not _within(target, SUB_PACKAGES[package])):
+                bad.append(f"{name}:{node.lineno}: {target}")
+    assert bad == []
+
+
+def test_the_sub_package_rule_sees_an_import_that_runs_back_up(tmp_path, monkeypatch):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from envs.grading.grader import grade\n")
+    monkeypatch.setitem(MODULES, "envs.sandboxes.sample", sample)
+    with pytest.raises(AssertionError):
+        test_each_sub_package_imports_only_what_its_rule_allows()
+
+
+def test_no_folder_is_a_drawer_and_no_module_is_too_long():
+    folders: dict[Path, int] = {}
+    for name, path in MODULES.items():
+        if path.name != "__init__.py":
+            folders[path.parent] = folders.get(path.parent, 0) + 1
+    crowded = {str(folder.relative_to(ROOT)): n for folder, n in folders.items() if n > MAX_MODULES}
+    long = {str(path.relative_to(ROOT)): n for path in MODULES.values()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert (crowded, long) == ({}, {})

@@ -8,7 +8,7 @@ A secret is
   private-key blocks, the password of user:password@ in a URL);
 - in a mapping or a dataclass, any string under a secret-looking key or field name.
 
-`redact(obj)` is applied where text is written (actors/report/run_dir.py, actors/evaluate.py);
+`redact(obj)` is applied where text is written (actors/report/run_dir.py, actors/stages/evaluate.py);
 `install()` covers log records of every logger and what this process prints.
 """
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Each actor receives its own section (a typed dataclass), never the whole tree; each section
 lives in the module of its part (run, model, engine, trainer, rollout, env, sandbox, stages),
-and `Config` puts them together. Import sections from here.
+and `Config` puts them together. Import sections from here. May import: nothing of `configs`
+but its own modules (configs/loader.py reads YAML into it).
 """
 from __future__ import annotations
 

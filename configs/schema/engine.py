@@ -1,4 +1,4 @@
-"""Inference engines (actors/engine_actor.py, policies/server/)."""
+"""Inference engines (actors/engines/engine_actor.py, policies/server/)."""
 from __future__ import annotations
 
 import typing
@@ -36,8 +36,8 @@ class SimEngineConfig:
 
 # Engine backends: "cpu" our server (python -m policies.server); "sglang" a real SGLang server
 # (GPU); "sim" a simulated engine in the actor itself (engine.sim; benchmarks). Each has its
-# server command in policies/server/process.py SERVER_COMMANDS and its actor class in
-# actors/remote.py REMOTE_ENGINES ("sim" has no server); both check themselves against this
+# server command in policies/engines/process.py SERVER_COMMANDS and its actor class in
+# actors/fleet/remote.py REMOTE_ENGINES ("sim" has no server); both check themselves against this
 # list when imported (check_backend_registry).
 EngineBackend = Literal["cpu", "sglang", "sim"]
 ENGINE_BACKENDS: tuple[str, ...] = typing.get_args(EngineBackend)

@@ -23,7 +23,7 @@ class SWEEnvConfig:
     # when its change is read at grading). A repository too big to list in it is an infra error
     # at the start; a workspace the agent made unlistable scores 0 at grading.
     listing_timeout_s: float = 60.0
-    # A change to a protected path (envs/protection.py) scores 0 outright; false grades the
+    # A change to a protected path (envs/grading/protection.py) scores 0 outright; false grades the
     # rest of the change. Either way the attempt records the paths (info["tampered"]).
     tamper_scores_zero: bool = True
     # Bounds on what the agent can leave in its workspace for the system to read (the listing,
@@ -50,7 +50,7 @@ class SWEEnvConfig:
 @dataclass
 class HarnessConfig:
     """swerve/Harness-v0 (env.harness): an unmodified agent harness runs in the task's sandbox and
-    talks to the policy through its own OpenAI-compatible session (actors/gateway.py)."""
+    talks to the policy through its own OpenAI-compatible session (actors/episodes/gateway.py)."""
     # "mini-swe-agent" (pinned 2.4.6, installed by the set-up) or "command" (env.harness.command).
     name: Literal["mini-swe-agent", "command"] = "mini-swe-agent"
     # mini-swe-agent's configuration: its default (tool calling) or its text-based one.
@@ -89,7 +89,7 @@ class EnvConfig:
 
 @dataclass
 class SynthConfig:
-    """SWE-smith-style bug tasks made from a local repository (envs/synth): `swerve tasks synth`'s
+    """SWE-smith-style bug tasks made from a local repository (envs/tasks/synth): `swerve tasks synth`'s
     flags take their defaults from here, and a run's repository stream reads tasks.synth."""
     # Tasks to keep (validated mutations).
     num_tasks: int = 10
@@ -104,7 +104,7 @@ class SynthConfig:
     run_timeout_margin_s: float = 10.0
     # PASS_TO_PASS tests kept per task (a seeded sample when more still pass).
     max_p2p: int = 20
-    # Mutator families tried (envs/synth/mutators.py FAMILIES); empty: every family.
+    # Mutator families tried (envs/tasks/synth/mutators.py FAMILIES); empty: every family.
     families: List[str] = field(default_factory=list)
     # Interpreter that runs the repository's tests; "": the one running swerve.
     python: str = ""
@@ -128,7 +128,7 @@ class TasksConfig:
     quarantine_file: str = ""
     # Empty means every task of the split.
     ids: List[str] = field(default_factory=list)
-    # tasks.split=stream (envs/stream.py): endless fresh tasks, each drawn once. Sources with a
+    # tasks.split=stream (envs/tasks/stream.py): endless fresh tasks, each drawn once. Sources with a
     # stream: "micro", and a local Python repository with format "synth" (bugs injected into it).
     # The stream's seed: another seed draws other tasks.
     stream_seed: int = 0

@@ -29,7 +29,7 @@ class RolloutConfig:
     # advantage, no learning signal) and admit new ones in their place, so every batch holds
     # `groups_per_batch` groups with mixed rewards. Counted as `filtered_uniform`.
     drop_uniform_groups: bool = False
-    # Which task the collector admits next (actors/task_picker.py): "uniform" (a shuffled pass
+    # Which task the collector admits next (actors/training/task_picker.py): "uniform" (a shuffled pass
     # over every task) | "pass_rate" (the task whose decayed success estimate is nearest 0.5, so
     # groups have mixed rewards; unseen tasks keep being explored).
     task_selection: Literal["uniform", "pass_rate"] = "uniform"

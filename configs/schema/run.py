@@ -23,7 +23,7 @@ class RunConfig:
     status_interval_s: float = 5.0
     # Trajectories written to trajectories/*.jsonl per step (a sample, not all).
     trajectories_per_step: int = 8
-    # The driver's supervisor (actors/supervisor.py): when the collector or a trainer shard dies or
+    # The driver's supervisor (actors/fleet/supervisor.py): when the collector or a trainer shard dies or
     # hangs, the run rolls back to its newest checkpoint and goes on, at most this many times per
     # role and max_restarts_total in all; past that it exits naming the role, the cause and the
     # --resume command. Engines, episode actors and sandboxes are replaced where they die.
@@ -109,10 +109,10 @@ class DeadlinesConfig:
     gateway_request_s: float = 7200.0
     # The session gateway's own event loop opening or closing a listener.
     gateway_step_s: float = 30.0
-    # The GPU placement groups of a run must be ready within this (actors/placement.py): GPUs
+    # The GPU placement groups of a run must be ready within this (actors/cluster/placement.py): GPUs
     # the cluster declares but others hold are reported, not waited on forever.
     placement_s: float = 600.0
-    # The run-level watchdog (actors/watchdog.py): no scored trajectory finished (infra errors are
+    # The run-level watchdog (actors/fleet/watchdog.py): no scored trajectory finished (infra errors are
     # no progress) and no step completed for this long while the driver waits for a batch, and the
     # run dumps who waits on what and rolls back as for a dead role. Above the longest honest episode (rollout.max_episode_seconds) plus its
     # grading (env.swe.grade_timeout_s).

@@ -1,11 +1,11 @@
-"""Sandbox leases (envs/local_sandbox.py, docker_sandbox.py, e2b_sandbox.py)."""
+"""Sandbox leases (envs/sandboxes/local_sandbox.py, docker_sandbox.py, e2b_sandbox.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import List, Literal
 
 
-# Sandbox backends (actors/sandbox_actor.py builds each from its SandboxConfig).
+# Sandbox backends (actors/episodes/sandbox_actor.py builds each from its SandboxConfig).
 SandboxBackend = Literal["local", "docker", "e2b"]
 SandboxIsolation = Literal["auto", "bwrap", "none"]
 SandboxCgroup = Literal["auto", "required", "off"]
@@ -39,7 +39,7 @@ class SandboxConfig:
     pool_max_idle_s: float = 120.0
     # Where the repository lives inside a container (docker, e2b), overriding the task: "" takes
     # the task's own (Harbor's [environment] workdir), else its image's WORKDIR (docker), else
-    # /workspace (envs/container_sandbox.py DEFAULT_WORKDIR), where a task without an image is
+    # /workspace (envs/sandboxes/container_sandbox.py DEFAULT_WORKDIR), where a task without an image is
     # uploaded. Recipes whose images ship the repo elsewhere (SWE-bench: /testbed) set it.
     container_workdir: str = ""
     # E2B template used when a task has no image of its own.
@@ -51,7 +51,7 @@ class SandboxConfig:
     e2b_allow_internet: bool = False
     # vCPUs of one sandbox (the reference run: 2). E2B fixes CPU and memory in the template
     # (`e2b template build --cpu-count 2 --memory-mb 4096`), so this records the recipe and feeds
-    # the placement plan (actors/placement_plan.py); no backend enforces it yet. 0 = unspecified.
+    # the placement plan (actors/cluster/placement_plan.py); no backend enforces it yet. 0 = unspecified.
     vcpus: int = 0
     # Docker network of every lease: "none" (no network, like the local backend). A task that asks
     # for a network (Harbor's network_mode="public") is refused under "none"; naming a network

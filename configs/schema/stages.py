@@ -35,7 +35,7 @@ class PipelineConfig:
     # Share of the traces that show a wrong edit, its failing test and the recovery.
     recovery_rate: float = 0.3
     # The RL stage's tasks: "stream" draws fresh ones, each once (tasks.split=stream: never the eval
-    # split's, never a traced task's, envs/stream.py); "unseen" the training tasks that got no
+    # split's, never a traced task's, envs/tasks/stream.py); "unseen" the training tasks that got no
     # expert trace; "all" every training task.
     rl_tasks: Literal["stream", "unseen", "all"] = "unseen"
     # Held-out evals during the RL stage, after these steps (each < trainer.total_steps), besides

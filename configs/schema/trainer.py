@@ -5,11 +5,11 @@ from dataclasses import dataclass, field
 from typing import List, Literal
 
 
-# Trainer backends (policies/trainer_backend.py BACKENDS holds each one's class): "torch" the HF
+# Trainer backends (policies/training/trainer_backend.py BACKENDS holds each one's class): "torch" the HF
 # model, data parallel; "megatron" megatron-core (TP/EP); "sim" one scalar parameter whose step
 # takes trainer.sim_step_s (benchmarks).
 TrainerBackend = Literal["torch", "megatron", "sim"]
-# How per-token losses become the batch loss (policies.losses.grpo_loss).
+# How per-token losses become the batch loss (policies.training.losses.grpo_loss).
 LossAggregation = Literal["token_mean", "seq_mean"]
 
 
@@ -27,7 +27,7 @@ class TrainerConfig:
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.28
     kl_coef: float = 0.0
-    # How per-token losses become the batch loss (policies.losses): "token_mean" (every token
+    # How per-token losses become the batch loss (policies.training.losses): "token_mean" (every token
     # weighs the same; long failing trajectories then push shared tokens down) | "seq_mean"
     # (every trajectory weighs the same).
     loss_aggregation: LossAggregation = "token_mean"
@@ -61,7 +61,7 @@ class TrainerConfig:
     grad_bucket_mb: int = 256
     # Checkpoints kept under runs/<name>/checkpoints (older ones are deleted after a save).
     keep_checkpoints: int = 3
-    # When the driver saves a checkpoint (actors.restart.CheckpointCadence): after the last step,
+    # When the driver saves a checkpoint (actors.stages.restart.CheckpointCadence): after the last step,
     # and whenever either cadence below is due. By time is the default, because what a crash
     # costs is wall time: at most this many seconds of training (plus the step in progress)
     # are lost. Counted from the end of the previous save (or the run's start); 0: off.

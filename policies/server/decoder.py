@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterable, List, Tuple
 import torch
 from transformers import PreTrainedModel
 
-from policies.sampler import cache_kwarg, pick_tokens
+from policies.server.sampler import cache_kwarg, pick_tokens
 from policies.server.kv_batch import RunningBatch, past_kv, row_kv
 from policies.server.prefix_cache import PrefixCache
 from policies.server.request import Request, stop_reason

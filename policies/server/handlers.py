@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 from aiohttp import web
 
-from policies.server import protocol
+from policies.engines import protocol
 from policies.server.openai_api import add_openai_routes
 from policies.server.request import PromptTooLong, Request
 from policies.server.serving import error_response, json_body

@@ -1,7 +1,7 @@
 """OpenAI-compatible routes of the CPU server (`swerve serve`), as SGLang serves them beside its
 native API: GET /v1/models and POST /v1/chat/completions, streaming or not, so an agent harness that
 speaks OpenAI's API can talk to a trained policy. The wire format (what is accepted, refused, and
-how replies look) is policies/openai_wire.py, shared with the session gateway.
+how replies look) is policies/chat/openai_wire.py, shared with the session gateway.
 
 A request is rendered with the model's own chat template (the one the policy was trained on; tools
 included), chat-control tokens in the content neutralized as in training, and generated like any
@@ -17,10 +17,10 @@ from typing import Any, Dict, List, Tuple
 import jinja2
 from aiohttp import web
 
-from policies.openai_wire import (ChatRequest, OpenAIError, completion_body, context_length_error, models_body,
+from policies.chat.openai_wire import (ChatRequest, OpenAIError, completion_body, context_length_error, models_body,
                                   not_found_error, parse_chat_request, parse_json, split_tool_calls, stream_events,
                                   template_messages)
-from policies.server import protocol
+from policies.engines import protocol
 from policies.server.request import Request
 from policies.server.serving import run_requests
 from policies.server.sse import stream_sse

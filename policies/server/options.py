@@ -1,7 +1,7 @@
 """What one CPU server is started with: `ServerConfig`, and the `python -m policies.server` flags.
 
 Engine settings default to configs.schema.EngineConfig's (the one home of engine defaults), so a
-server started by hand behaves as one an engine actor starts (policies/server/process.py).
+server started by hand behaves as one an engine actor starts (policies/engines/process.py).
 Names follow SGLang's where it has the same setting (--context-length, --max-running-requests).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from configs.schema import EngineConfig
-from policies.server.process import ENGINE_HOST
+from policies.engines.process import ENGINE_HOST
 
 # SGLang's default port; engine actors always pass a free one.
 DEFAULT_PORT = 30000

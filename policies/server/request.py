@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence
 
 import torch
 
-from policies.server import protocol
+from policies.engines import protocol
 
 
 class PromptTooLong(ValueError):

@@ -13,7 +13,7 @@ running batch's KV layout `kv_batch.RunningBatch`. Each loop iteration:
    the row's own length), samples one token per row; finished rows leave at once and the
    all-padding columns their departure leaves on the left are trimmed.
 
-Sampling and logprobs are `policies.sampler.pick_tokens`: log_softmax(logits / T) at the
+Sampling and logprobs are `policies.server.sampler.pick_tokens`: log_softmax(logits / T) at the
 sampled token, before top-p. Each token is tagged with the weight version of the forward
 that produced it. A weight update empties the prefix cache (finished requests' KV kept for
 their conversation's next turn), so no stale KV is ever reused; `retract` pauses drop running
@@ -34,8 +34,8 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 import torch
 from transformers import PreTrainedModel
 
-from policies.sampler import make_generator
-from policies.server import protocol
+from policies.server.sampler import make_generator
+from policies.engines import protocol
 from policies.server.decoder import Decoder, Finished
 from policies.server.request import Request, check_request
 

@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 from aiohttp import web
 
-from policies.server import protocol
+from policies.engines import protocol
 from policies.server.request import Request
 from policies.server.scheduler import Scheduler
 

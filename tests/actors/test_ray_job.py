@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.sample_collector import COUNTERS
-from bench.torture import RayHead, wait_until
+from actors.training.sample_collector import COUNTERS
+from bench.resilience.torture import RayHead, wait_until
 
 pytestmark = pytest.mark.slow  # a Ray cluster and `ray job submit`
 
@@ -31,7 +31,7 @@ def get_json(url: str, token: str):
 
 
 class Head:
-    """The test's view of a head node (bench/torture.py's RayHead): its job API, by token."""
+    """The test's view of a head node (bench/resilience/torture.py's RayHead): its job API, by token."""
 
     def __init__(self, head: RayHead):
         self.dashboard, self.gcs, self.metrics_port = head.dashboard, head.gcs, head.metrics_port
@@ -83,7 +83,7 @@ def common_args(tmp_path, swerve_cache, name):
 def test_job_is_watched_live_and_resumes_after_its_driver_is_killed(ray_head, tmp_path, swerve_cache):
     """A job watched while it runs (`swerve status`, Prometheus), its driver SIGKILLed, and the job
     submitted again with --resume: it finishes from its newest checkpoint, nothing trained twice.
-    (Three kills at random moments, one mid-save: tests/bench/test_torture.py, make check.)"""
+    (Three kills at random moments, one mid-save: tests/bench/resilience/test_torture.py, make check.)"""
     run = tmp_path / "live"
     args = [*common_args(tmp_path, swerve_cache, "live"), f"trainer.total_steps={STEPS}", "trainer.checkpoint_interval=1"]
     job_id = f"swerve-live-{secrets.token_hex(3)}"

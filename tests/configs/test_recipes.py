@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.placement_plan import build_plan, role
+from actors.cluster.placement_plan import build_plan, role
 from configs import load_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
@@ -64,7 +64,7 @@ def test_default_plan_needs_no_gpu():
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_swerve_plan_prints_every_role_and_no_gpu_twice(path, capsys):
-    from actors.cli import main
+    from actors.cli.main import main
 
     for mode in ("train", "eval"):
         assert main(["plan", "--config", str(path), "--mode", mode, "--json"]) == 0

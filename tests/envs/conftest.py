@@ -3,8 +3,8 @@ import shutil
 import pytest
 
 from configs.schema import SandboxConfig
-from envs.local_sandbox import LocalSandbox
-from envs.loaders import load_tasks
+from envs.sandboxes.local_sandbox import LocalSandbox
+from envs.tasks.loaders import load_tasks
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 

@@ -6,9 +6,9 @@ import pytest
 from configs.schema import EnvConfig, PipelineConfig, SandboxConfig
 from envs.actions import COMMAND, SUBMIT, parse_action
 from envs.expert import main, write_traces
-from envs.expert_plan import parse_gold_patch, sed_fix_command
-from envs.loaders import load_tasks
-from policies.sft import read_traces
+from envs.tasks.expert_plan import parse_gold_patch, sed_fix_command
+from envs.tasks.loaders import load_tasks
+from policies.training.sft import read_traces
 
 TASK_IDS = ["datekit-006", "textkit-003", "vecmath-008"]
 

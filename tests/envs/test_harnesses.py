@@ -19,7 +19,7 @@ from aiohttp import web
 from configs.schema import HarnessConfig, SandboxConfig
 from envs import harnesses
 from envs.harnesses import SUBMIT_SENTINEL, HarnessMissing, harness_command, mini_swe_agent_home
-from envs.local_sandbox import LocalSandbox
+from envs.sandboxes.local_sandbox import LocalSandbox
 
 # A run is one interpreter start (litellm's import dominates) and two loopback calls; the bound is
 # loose because the test machine's cores are shared.

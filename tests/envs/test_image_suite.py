@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from actors.cli import main
+from actors.cli.main import main
 from envs import image_suite
-from envs.loaders import load_tasks
+from envs.tasks.loaders import load_tasks
 
 IDS = ["textkit-003", "confparse-001"]
 
@@ -84,7 +84,7 @@ def test_a_harbor_task_is_built_from_its_dockerfile_and_graded_by_its_reward(doc
         assert rc == 0 and "1 ok, 0 quarantined" in out, out
         # A reward the agent plants is never read: the verifier's folders are emptied first.
         from configs.schema import SandboxConfig
-        from envs.docker_sandbox import DockerSandbox
+        from envs.sandboxes.docker_sandbox import DockerSandbox
         from envs.swe_env import SWEEnv
 
         box, env = DockerSandbox(SandboxConfig()), SWEEnv()

@@ -7,7 +7,7 @@ import pytest
 
 from configs import load_config
 from configs.schema import EnvConfig, SandboxConfig
-from envs.local_sandbox import LocalSandbox
+from envs.sandboxes.local_sandbox import LocalSandbox
 from envs.make import make_env
 from envs.reverse_env import ReverseEnv
 from envs.swe_env import SWEEnv

@@ -41,7 +41,7 @@ def test_wrong_answer_and_format_error(env):
 
 
 def test_a_task_fixes_the_word_for_every_seed():
-    from envs.loaders import load_tasks
+    from envs.tasks.loaders import load_tasks
 
     env = gymnasium.make("swerve/Reverse-v0")
     task = load_tasks("builtin", "train")[0]

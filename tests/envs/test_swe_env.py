@@ -6,7 +6,7 @@ from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers the environments)
 from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
-from envs.local_sandbox import LocalSandbox
+from envs.sandboxes.local_sandbox import LocalSandbox
 from envs.outcomes import ActorLost, InfraError, InfraSource
 from envs.swe_env import SWEEnv
 

@@ -4,8 +4,8 @@ from dataclasses import replace
 import pytest
 
 from configs.schema import SandboxConfig, SWEEnvConfig, TasksConfig
-from envs.loaders import load_tasks
-from envs.loaders.common import reverse_patch
+from envs.tasks.loaders import load_tasks
+from envs.tasks.loaders.common import reverse_patch
 from envs.validate import (NEEDS_CONTAINER, OK, QUARANTINED, SKIPPED, load_quarantine, quarantine_path,
                            validate_task, write_quarantine)
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from configs.schema import ModelConfig, TokenizerConfig
-from envs.micro import corpus_texts
+from envs.tasks.micro import corpus_texts
 from policies.model import ensure_model, load_model
 from policies.tokenizer import ensure_tokenizer, load_tokenizer
 
@@ -37,7 +37,7 @@ def cache_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def task_texts() -> list[list[str]]:
-    """What the run's tokenizer learns the tasks from (actors.policy_setup hands the same across)."""
+    """What the run's tokenizer learns the tasks from (actors.stages.policy_setup hands the same across)."""
     return corpus_texts()
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from policies.corpus import build_corpus
 
-# sha256 of the corpus built from envs.micro.corpus_texts(): cached tokenizers (and the sizes
+# sha256 of the corpus built from envs.tasks.micro.corpus_texts(): cached tokenizers (and the sizes
 # LEARNING.md measured) were built from exactly this text. Change it on purpose only, with
 # policies.corpus.CORPUS_VERSION.
 MICRO_CORPUS_SHA256 = "a9637da7f2c1864a4415fc86e1f3d668029a49d8dba554daf0b20beeb572e814"

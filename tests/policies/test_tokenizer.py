@@ -7,7 +7,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from configs.schema import TokenizerConfig
-from policies.chat_tokenizer import load_chat_tokenizer
+from policies.chat.chat_tokenizer import load_chat_tokenizer
 from policies.tokenizer import IM_END, IM_START, PAD_TOKEN, ensure_tokenizer, load_tokenizer
 
 
@@ -85,7 +85,7 @@ def test_concurrent_builders_agree(tmp_path):
     # Real processes racing on one cache dir: all get the same complete directory.
     script = (
         "import sys; from configs.schema import TokenizerConfig; "
-        "from envs.micro import corpus_texts; from policies.tokenizer import ensure_tokenizer; "
+        "from envs.tasks.micro import corpus_texts; from policies.tokenizer import ensure_tokenizer; "
         "print(ensure_tokenizer(TokenizerConfig(cache_dir=sys.argv[1], vocab_size=320), corpus_texts()))"
     )
     repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

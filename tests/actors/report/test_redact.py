@@ -118,9 +118,9 @@ def _metric_names():
 
 
 def test_eval_outputs_hold_no_secret(tmp_path, env_secret):
-    from actors import evaluate
-    from actors.trajectory import Trajectory
-    from envs.loaders import load_tasks
+    from actors.stages import evaluate
+    from actors.episodes.trajectory import Trajectory
+    from envs.tasks.loaders import load_tasks
 
     task = load_tasks(split="eval")[0]
     traj = Trajectory(group_id=0, member=0, attempt=0, task_id=task.id, admitted_version=0, outcome="resolved",
@@ -187,7 +187,7 @@ def test_config_schema_has_no_secret_fields():
 # ---- exposure: every server we start listens on loopback by default ----------------------------
 
 def test_engine_servers_are_launched_on_loopback():
-    from policies.server.process import ENGINE_HOST, server_command
+    from policies.engines.process import ENGINE_HOST, server_command
     from configs.schema import EngineConfig
     from policies.server.options import build_arg_parser
 
@@ -201,7 +201,7 @@ def test_engine_servers_are_launched_on_loopback():
 def test_local_ray_and_its_dashboard_listen_on_loopback(monkeypatch):
     import ray
 
-    from actors import launch
+    from actors.fleet import launch
 
     calls = []
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from policies.server import protocol
+from policies.engines import protocol
 from policies.server.prefix_cache import PrefixCache
 from policies.server.request import Request
 from policies.server.scheduler import Scheduler

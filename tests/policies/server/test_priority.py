@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from policies.server import protocol
+from policies.engines import protocol
 from policies.server.request import Request
 from policies.server.scheduler import Scheduler
 

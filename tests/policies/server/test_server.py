@@ -11,11 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from policies.logprobs import sequence_logprobs
+from policies.training.logprobs import sequence_logprobs
 from policies.model import load_model
-from policies.server import protocol
+from policies.engines import protocol
 from policies.server.app import start_server
-from bench.engine_throughput import measure_throughput
+from bench.throughput.engine_throughput import measure_throughput
 
 MAX_CONTEXT = 256
 

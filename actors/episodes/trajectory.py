@@ -1,0 +1,136 @@
+"""Records that travel between actors: work items, trajectories, training samples and batches."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from envs.outcomes import Outcome
+from policies.sample_types import TrainSample  # the trainer's input, defined where policies/ can use it
+
+
+# What a work source (the collector, the eval queue) answers an episode actor when the run has ended.
+STOP = "stop"
+
+
+def oldest_version(versions: list[int], loss_mask: list[int], admitted_version: int) -> int:
+    """Policy version of the oldest generated token (mask 1); admitted_version when none was."""
+    return min((v for v, m in zip(versions, loss_mask) if m), default=admitted_version)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    task: Any  # an envs.tasks.task.Task (or whatever the configured env takes as options["task"])
+    task_id: str
+    group_id: int
+    member: int
+    attempt: int  # 0 for the first run; infra retries count up
+    admitted_version: int
+    seed: int
+
+
+@dataclass
+class Trajectory:
+    group_id: int
+    member: int
+    attempt: int
+    task_id: str
+    admitted_version: int
+    outcome: str
+    reward: float = 0.0
+    infra_source: Optional[str] = None
+    error: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    turns: int = 0
+    started_s: float = 0.0
+    finished_s: float = 0.0
+    sandbox_start_s: Optional[float] = None
+    messages: list[dict] = field(default_factory=list)
+    # The attempt's final workspace change as a unified diff (SWE-bench `model_patch`); "" when
+    # the env reports none.
+    model_patch: str = ""
+    # Protected paths the attempt changed -> why (envs/grading/protection.py); non-empty: it tampered.
+    tampered: dict[str, str] = field(default_factory=dict)
+    # Why an unresolved attempt was not graded by its tests (what it left beyond env.swe's bounds,
+    # a clash with the graded view, a reset it defeated); "" when its tests decided.
+    unresolved_reason: str = ""
+    # Where each training sample of the trajectory starts in token_ids (swerve/Harness-v0: a
+    # request that rewrote the history started a new segment); [0] or empty: one sample.
+    segment_starts: list[int] = field(default_factory=list)
+    # swerve/Harness-v0: the harness's exit code, output tail, requests and what was not done as asked.
+    harness: dict = field(default_factory=dict)
+
+    def record_end(self, reward: float, terminated: bool, info: dict, final_change) -> None:
+        """The episode's last step: reward, outcome, and the workspace's change from the step's
+        info, or from `final_change()` (a cap ended it, or the env reports none in info)."""
+        self.reward = float(reward)
+        self.outcome = info["outcome"] if terminated else Outcome.TRUNCATED.value
+        if "model_patch" in info:
+            self.model_patch, self.tampered = info["model_patch"], dict(info.get("tampered", {}))
+            self.unresolved_reason = info.get("unresolved_reason", "")
+        else:
+            self.model_patch, self.tampered = final_change()
+
+    def samples(self, advantage: float) -> list[TrainSample]:
+        """The trajectory as training samples, one per segment, each with the group's advantage."""
+        bounds = [*(self.segment_starts or [0]), len(self.token_ids)]
+        return [TrainSample(self.token_ids[a:b], self.loss_mask[a:b], self.logprobs[a:b], advantage,
+                            self.versions[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+    @property
+    def is_infra_error(self) -> bool:
+        return self.outcome == Outcome.INFRA_ERROR.value
+
+    @property
+    def num_generated(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def oldest_version(self) -> int:
+        """Version of the oldest generated token; the admission version when none was generated."""
+        return oldest_version(self.versions, self.loss_mask, self.admitted_version)
+
+    def summary(self) -> dict:
+        return {
+            "task_id": self.task_id,
+            "group_id": self.group_id,
+            "member": self.member,
+            "attempt": self.attempt,
+            "outcome": self.outcome,
+            "infra_source": self.infra_source,
+            "reward": self.reward,
+            "turns": self.turns,
+            "generated_tokens": self.num_generated,
+            "versions": sorted(set(v for v, m in zip(self.versions, self.loss_mask) if m)),
+            "error": self.error,
+            "tampered": dict(self.tampered),
+            "unresolved_reason": self.unresolved_reason,
+            "segments": max(1, len(self.segment_starts)),
+            **({"harness": self.harness} if self.harness else {}),
+            "messages": self.messages,
+        }
+
+
+@dataclass
+class Batch:
+    version: int  # the policy version these samples are trained from
+    samples: list[TrainSample]
+    trajectories: list[Trajectory]
+    temperature: float
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(sum(s.loss_mask) for s in self.samples)
+
+
+class WorkSource:
+    """What an episode actor asks of the collector (training) or the eval queue: acquire(worker)
+    -> WorkItem | None (nothing now) | "stop", and submit(trajectory). `exchange` is both in
+    one call: one round trip per episode when the source is a Ray actor."""
+
+    def exchange(self, traj: Trajectory, worker: str = ""):
+        self.submit(traj)
+        return self.acquire(worker)

@@ -1,0 +1,396 @@
+"""Local sandbox: a workspace copy per lease, commands isolated with bubblewrap.
+
+Inside bwrap a command sees: read-only system directories and Python, the workspace
+read-write at /workspace (its cwd), a private /tmp, its own /proc (pid namespace: no host
+process, so no host environment), no network, uid 1000, and rlimits; of the host's home only
+an interpreter prefix that lives there (pyenv, uv), never ~/.ssh or ~/.aws. Its environment
+is clean_env(), nothing of the host's (no API keys).
+A jailed lease also sees sandbox.ro_binds read-only at their own paths and its gateway folder
+read-only at /run/swerve-gateway: an agent harness's one route out (envs/sandboxes/gateway_route.py).
+Each lease also gets a cgroup (envs/sandboxes/cgroups.py) when the cgroup fs allows: pids.max and a
+memory limit over all its processes, and a kill that reaches processes which left the
+process group. Without one (no cgroup fs, not root) it degrades with a logged warning.
+A jailed lease keeps one exec server in its jail (envs/sandboxes/exec_channel.py) that starts each
+command as a fresh process; a jail a command left dirty (/tmp, /dev, SysV IPC) is replaced
+before the next command, and reset() always starts a fresh one, so grading never shares a
+jail with the agent's commands.
+What the agent leaves (any depth, path length, mode or count) is never walked by this process:
+`rm -rf` (GNU: iterative) deletes it in the background, after reset() moved the workspace
+aside with one rename; close() waits for its lease's deletions (bounded), interpreter exit for
+any left.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, get_args
+
+from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
+from envs.sandboxes.cgroups import LeaseCgroup
+from envs.sandboxes.exec_channel import JAIL_CODE_DIR, JAIL_CODE_MOUNT, ExecServer, ExecServerError, server_command
+from envs.sandboxes.container_sandbox import scrub_history_script
+from envs.sandboxes.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
+from envs.outcomes import InfraError, InfraSource
+from envs.sandboxes.process import run_process
+from envs.sandboxes.sandbox import ExecResult
+from envs.tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+# Checked here too: a SandboxConfig built in code never went through the config loader.
+ISOLATION_MODES = get_args(SandboxIsolation)
+CGROUP_MODES = get_args(SandboxCgroup)
+SANDBOX_WORKSPACE = "/workspace"
+SANDBOX_UID = 1000
+_SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32")
+_MIB = 1024 * 1024
+_warned_unisolated = False
+_warned_no_cgroup = False
+# Joins the cgroups named before "--" (by writing its pid to their cgroup.procs), then execs the rest.
+_JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# Makes every folder of the tree readable and writable (the agent may have chmod'ed them 000),
+# then deletes it. chmod -R never follows a link met inside the tree; the operand itself is a
+# real folder (checked before). Both are fts-based: no recursion, no PATH_MAX limit.
+_DELETE_TREE = 'chmod -R u+rwx -- "$1" 2>/dev/null; exec rm -rf -- "$1"'
+# Deleters running at once; past that, reset and close wait for the oldest (up to DELETE_WAIT_S).
+_MAX_DELETERS = 8
+DELETE_WAIT_S = 60.0
+# How long close() waits for its lease's files to be gone before it leaves them to finish alone.
+CLOSE_WAIT_S = 30.0
+_deleters: List[subprocess.Popen] = []
+_deleters_lock = threading.Lock()
+
+
+def _reap_deleters(wait_s: float = 0.0, only: Optional[List[subprocess.Popen]] = None) -> List[str]:
+    """Forget finished deleters (logging failed ones), waiting up to wait_s in all for running
+    ones (of `only`, when given); the trees still being deleted after that."""
+    deadline_s = time.monotonic() + wait_s
+    with _deleters_lock:
+        pending = [deleter for deleter in _deleters if only is None or deleter in only]
+    running = []
+    for deleter in pending:
+        try:
+            code = deleter.wait(max(0.0, deadline_s - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            running.append(deleter)
+            continue
+        if code != 0:
+            log.warning("deleting %s exited %d: some of it may remain", deleter.args[-1], code)
+        with _deleters_lock:
+            if deleter in _deleters:  # another thread may have reaped it meanwhile
+                _deleters.remove(deleter)
+    return [deleter.args[-1] for deleter in running]
+
+
+def wait_for_deleters(timeout_s: float = DELETE_WAIT_S) -> List[str]:
+    """Wait up to timeout_s for every background deletion; logs and returns the trees still going."""
+    running = _reap_deleters(timeout_s)
+    if running:
+        log.warning("still deleting after %.0f s (left to finish on their own): %s", timeout_s, running)
+    return running
+
+
+atexit.register(wait_for_deleters)
+
+
+def discard_tree(path: Path) -> Optional[subprocess.Popen]:
+    """Delete what the agent may have made at `path`, in the background (no walk here); the
+    deleter, None when there was nothing to walk."""
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(path)  # never hand a link to chmod -R, which would follow it
+        return None
+    _reap_deleters()
+    with _deleters_lock:
+        crowded = len(_deleters) >= _MAX_DELETERS
+    if crowded:
+        slow = _reap_deleters(DELETE_WAIT_S)
+        if len(slow) >= _MAX_DELETERS:
+            log.warning("%d deletions still running after %.0f s: %s", len(slow), DELETE_WAIT_S, slow)
+    deleter = subprocess.Popen(["/bin/sh", "-c", _DELETE_TREE, "sh", str(path)], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with _deleters_lock:
+        _deleters.append(deleter)
+    return deleter
+
+
+def clean_env() -> dict:
+    """The whole environment a command sees: nothing of the host's passes through."""
+    return {
+        "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
+
+
+def _python_dirs() -> List[str]:
+    """Interpreter and venv prefixes outside the system dirs, parents before children."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    system = tuple(f"/{name}" for name in _SYSTEM_DIRS)
+    kept = [p for p in prefixes if os.path.isdir(p) and not p.startswith(system)]
+    return sorted(kept, key=len)
+
+
+# Where the jail mounts something itself: no ro_bind may cover or enter these.
+_JAIL_MOUNTS = (SANDBOX_WORKSPACE, JAIL_CODE_MOUNT, GATEWAY_MOUNT, "/proc", "/dev")
+
+
+def _bwrap_argv(bwrap: str, workspace: str, gateway_dir: str, ro_binds: List[str]) -> List[str]:
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    # The exec server is the namespace's pid 1: no reaper of bwrap's in between.
+    argv += ["--die-with-parent", "--as-pid-1", "--hostname", "sandbox"]
+    for name in _SYSTEM_DIRS:
+        host = f"/{name}"
+        if os.path.islink(host):
+            argv += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            argv += ["--ro-bind", host, host]
+    # The private /tmp comes before the Python binds: a venv may itself live under /tmp.
+    argv += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
+    for prefix in _python_dirs():
+        argv += ["--ro-bind", prefix, prefix]
+    for path in ro_binds:
+        argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind", str(JAIL_CODE_DIR), JAIL_CODE_MOUNT, "--ro-bind", gateway_dir, GATEWAY_MOUNT]
+    argv += ["--bind", workspace, SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
+    return argv
+
+
+class LocalSandbox:
+    runs_images = False
+
+    def __init__(self, config: SandboxConfig):
+        if config.isolation not in ISOLATION_MODES:
+            raise ValueError(f"sandbox.isolation={config.isolation!r}; allowed: {list(ISOLATION_MODES)}")
+        if config.cgroup not in CGROUP_MODES:
+            raise ValueError(f"sandbox.cgroup={config.cgroup!r}; allowed: {list(CGROUP_MODES)}")
+        self.config = config
+        self._bwrap = shutil.which("bwrap")
+        if config.isolation == "bwrap" and self._bwrap is None:
+            raise InfraError(
+                InfraSource.SANDBOX,
+                "sandbox.isolation='bwrap' but bubblewrap is not installed (apt-get install bubblewrap)",
+            )
+        self.isolated = config.isolation != "none" and self._bwrap is not None
+        self._bash = shutil.which("bash") or "/bin/bash"
+        self._prlimit = shutil.which("prlimit")
+        if self._prlimit is None:
+            raise InfraError(InfraSource.SANDBOX, "prlimit (util-linux) is required for sandbox rlimits")
+        self._task: Optional[Task] = None
+        self._lease_dir: Optional[Path] = None
+        self._ro_binds: List[str] = []
+        self._cgroup: Optional[LeaseCgroup] = None
+        # The jail's own cgroup (bwrap and its server; no limits): the one sure way to end a jail
+        # whose processes were stopped before bwrap set their parent-death signal, and the way a
+        # later lease's sweep ends the jails of an owner that was SIGKILLed.
+        self._jail_cgroup: Optional[LeaseCgroup] = None
+        self._server: Optional[ExecServer] = None
+        # Background deletions of this lease's used workspaces and, once closed, of the lease.
+        self._deleters: List[subprocess.Popen] = []
+        self._sh = shutil.which("sh") or "/bin/sh"
+        # Seconds the last start() took, from request to a sandbox that ran its probe command.
+        self.last_start_s: float = 0.0
+
+    @property
+    def workspace(self) -> Path:
+        if self._lease_dir is None:
+            raise InfraError(InfraSource.SANDBOX, "no open lease: call start(task) first")
+        return self._lease_dir / "workspace"
+
+    def start(self, task: Task) -> None:
+        started_s = time.monotonic()
+        self.close()
+        self._warn_if_unisolated()
+        root = self.config.workdir_root or None
+        self._ro_binds = checked_ro_binds(self.config.ro_binds, _JAIL_MOUNTS, ("/tmp", root or tempfile.gettempdir()))
+        try:
+            self._lease_dir = Path(tempfile.mkdtemp(prefix="swerve-lease-", dir=root))
+            self._task = task
+            make_gateway_dir(self._lease_dir)
+            self._copy_workspace()
+        except OSError as error:
+            self.close()
+            raise InfraError(InfraSource.SANDBOX, f"cannot create workspace for {task.id}: {error}") from error
+        if self.config.cgroup != "off":
+            self._cgroup = self._make_cgroup("lease", self.config.memory_mb * _MIB, self.config.max_processes,
+                                             "fork bombs and total memory are not contained")
+        if self._cgroup is not None and self.isolated:
+            self._jail_cgroup = self._make_cgroup("jail", None, None, "a stopped jail may outlive a killed owner")
+        probe = self.exec("true")
+        if probe.exit_code != 0:
+            raise InfraError(InfraSource.SANDBOX, f"sandbox probe failed ({probe.exit_code}): {probe.output[-2000:]}")
+        self.last_start_s = time.monotonic() - started_s
+
+    def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
+        if timeout_s is None:
+            timeout_s = self.config.command_timeout_s
+        if not self.isolated:
+            return self._exec_unjailed(command, timeout_s)
+        try:
+            server = self._server or self._start_server()
+            fields = server.run(command, timeout_s, self.config.max_output_bytes)
+        except (OSError, ExecServerError) as error:
+            self._stop_server()
+            raise InfraError(InfraSource.SANDBOX, f"exec server: {error}") from error
+        finally:
+            if self._cgroup is not None:
+                self._cgroup.kill_all()  # the server killed them all already; this makes sure
+        if not fields.pop("clean"):
+            self._stop_server()  # the next command gets a fresh /tmp and /dev
+        return ExecResult(**fields, timeout_s=timeout_s)
+
+    def _limits(self) -> List[str]:
+        return [self._prlimit, f"--as={self.config.memory_mb * _MIB}", f"--nproc={self.config.max_processes}",
+                f"--fsize={self.config.max_file_mb * _MIB}", "--"]
+
+    def _start_server(self) -> ExecServer:
+        jail = _bwrap_argv(self._bwrap, str(self.workspace), str(self._lease_dir / "gateway"), self._ro_binds)
+        argv = [*self._limits(), *jail, *server_command(sys.executable, self._bash)]
+        if self._jail_cgroup is not None:
+            argv = [self._sh, "-c", _JOIN_CGROUP, "sh", *self._jail_cgroup.procs_files, "--", *argv]
+        procs = self._cgroup.procs_files if self._cgroup is not None else []
+        self._server = ExecServer(argv, clean_env(), str(self.workspace), procs, self._lease_dir / "exec-server.log")
+        return self._server
+
+    def _stop_server(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self._jail_cgroup is not None:
+            self._jail_cgroup.kill_all()  # what stop() could not reach: stopped, or out of bwrap's tree
+
+    def _exec_unjailed(self, command: str, timeout_s: float) -> ExecResult:
+        workspace = str(self.workspace)
+        argv = [*self._limits(), self._bash, "-c", command]
+        if self._cgroup is not None:
+            argv = [self._sh, "-c", _JOIN_CGROUP, "sh", *self._cgroup.procs_files, "--", *argv]
+        try:
+            return run_process(argv, clean_env(), workspace, timeout_s, self.config.max_output_bytes)
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"cannot run command: {error}") from error
+        finally:
+            if self._cgroup is not None:
+                # Nothing outlives its command, not even what left the process group (setsid).
+                self._cgroup.kill_all()
+
+    def read_files(self, paths: Sequence[str]) -> Dict[str, str]:
+        return {path: self._resolve(path).read_text(encoding="utf-8", errors="replace") for path in paths}
+
+    def write_files(self, files: Mapping[str, str]) -> None:
+        for path, content in files.items():
+            target = self._resolve(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+
+    def reset(self) -> None:
+        self._stop_server()  # its jail binds the workspace directory that is replaced here
+        workspace = self.workspace
+        trash = self._lease_dir.with_name(f"{self._lease_dir.name}.trash-{uuid.uuid4().hex[:8]}")
+        try:
+            if stat.S_ISDIR(os.lstat(workspace).st_mode):
+                os.chmod(workspace, 0o700)  # moving a folder to another parent needs its write bit
+            os.rename(workspace, trash)
+        except FileNotFoundError:
+            trash = None  # an unjailed command removed the workspace itself
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"cannot move the used workspace aside: {error}") from error
+        try:
+            self._copy_workspace()
+        except OSError as error:
+            raise InfraError(InfraSource.SANDBOX, f"cannot copy the workspace of {self._task.id}: {error}") from error
+        if trash is not None:
+            self._discard(trash)
+
+    def gateway_dir(self) -> Optional[Path]:
+        """The lease's gateway folder (envs/sandboxes/gateway_route.py); None unjailed, where the harness
+        would share the host's network and no route could be the only one."""
+        if self._lease_dir is None:
+            raise InfraError(InfraSource.SANDBOX, "no open lease: call start(task) first")
+        return self._lease_dir / "gateway" if self.isolated else None
+
+    @property
+    def cgroup(self) -> Optional[LeaseCgroup]:
+        """The lease's cgroup, None when cgroups are off or unavailable."""
+        return self._cgroup
+
+    @property
+    def jail_cgroup(self) -> Optional[LeaseCgroup]:
+        """The cgroup of the jail itself (bwrap and its exec server), None when there is none."""
+        return self._jail_cgroup
+
+    def close(self) -> None:
+        self._stop_server()
+        for cgroup in (self._jail_cgroup, self._cgroup):
+            if cgroup is not None:
+                cgroup.remove()
+        self._jail_cgroup = self._cgroup = None
+        if self._lease_dir is not None:
+            self._discard(self._lease_dir)
+        self._lease_dir = None
+        deleters, self._deleters = self._deleters, []
+        left = _reap_deleters(CLOSE_WAIT_S, only=deleters)
+        if left:
+            log.warning("still deleting after %.0f s, left to finish in the background: %s", CLOSE_WAIT_S, left)
+        self._task = None
+
+    def _discard(self, path: Path) -> None:
+        try:
+            deleter = discard_tree(path)
+            if deleter is not None:
+                self._deleters.append(deleter)
+        except OSError as error:
+            # The lease goes on regardless: a tree left on disk costs space, not correctness.
+            log.error("cannot delete %s (it stays on disk): %s", path, error)
+
+    def _make_cgroup(self, role: str, memory_bytes: Optional[int], max_pids: Optional[int],
+                     lacking: str) -> Optional[LeaseCgroup]:
+        global _warned_no_cgroup
+        try:
+            return LeaseCgroup.create(memory_bytes, max_pids, role)
+        except OSError as error:
+            if self.config.cgroup == "required":
+                self.close()
+                raise InfraError(InfraSource.SANDBOX, f"sandbox.cgroup='required' but {error}") from error
+            if not _warned_no_cgroup:
+                _warned_no_cgroup = True
+                log.warning("no per-%s cgroup (%s): %s", role, error, lacking)
+            return None
+
+    def _copy_workspace(self) -> None:
+        shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True)
+        if (self.workspace / ".git").exists():
+            # No answer in reach: the copy keeps the files, not the history (the fix may be in it).
+            scrub = run_process([self._bash, "-c", scrub_history_script(str(self.workspace))], clean_env(), "/",
+                                120.0, self.config.max_output_bytes)
+            if scrub.exit_code != 0:
+                raise OSError(f"cannot drop the git history of the workspace copy: {scrub.output[-500:]}")
+
+    def _resolve(self, path: str) -> Path:
+        """Host path of a workspace-relative path; refuses anything that leads outside."""
+        if os.path.isabs(path):
+            raise ValueError(f"path {path!r} must be relative to the workspace")
+        root = self.workspace.resolve()
+        target = (root / path).resolve()
+        if target != root and root not in target.parents:
+            raise ValueError(f"path {path!r} escapes the workspace")
+        return target
+
+    def _warn_if_unisolated(self) -> None:
+        global _warned_unisolated
+        if not self.isolated and not _warned_unisolated:
+            _warned_unisolated = True
+            log.warning("sandbox isolation is off: commands run directly on this host and can read its files "
+                        "and other processes' environments, secrets included (install bubblewrap)")

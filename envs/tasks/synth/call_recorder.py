@@ -1,0 +1,193 @@
+"""Hidden cases for synthesized tasks, from calls the repository's own tests make.
+
+One clean baseline run of the suite loads envs/tasks/synth/recorder_plugin.py, which records calls to
+the module-level functions of the files mutations are drawn from, when their arguments and return
+value are plain JSON (at most MAX_CALLS_PER_FUNCTION distinct argument lists per function, each
+call at most MAX_CALL_CHARS of JSON). `CallRecorder.book` replays them on the clean copy with the
+grader's own runner (envs/tasks/hidden_runner.py, `python -I -B`, the repository root on sys.path,
+as the grader runs it) and keeps the calls that reproduce their recorded value: what a test saw,
+what the grader can import and what does not depend on the process it ran in.
+
+For a kept mutation inside module-level function F (or a function nested in it), `CallBook.cases`
+replays F's calls on the mutated copy; the hidden cases are up to MAX_DIFFERING calls whose value
+changed and up to MAX_AGREEING that did not, each expecting its CLEAN value. None differ: no hidden
+cases (the task is still made; its tests grade it as before).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from envs.tasks.hidden_cases import RUNNER_SOURCE, canonical
+
+PLUGIN_NAME = "swerve_call_recorder"
+PLUGIN_SOURCE = (Path(__file__).resolve().parent / "recorder_plugin.py").read_text()
+CONFIG_ENV = "SWERVE_CALL_RECORDER"
+MAX_CALLS_PER_FUNCTION = 20
+# Calls of one function looked at (encoded) before the recorder gives up on it: bounds the cost
+# of a helper the suite calls thousands of times with repeated or unplain arguments.
+MAX_SEEN_PER_FUNCTION = 200
+MAX_CALL_CHARS = 2048
+MAX_DIFFERING = 3
+MAX_AGREEING = 1
+
+# Part of a synth stream's key (envs/tasks/synth/stream.py): rows made without hidden cases, or under
+# other bounds, are not resumed after as if they were the same stream.
+SETTINGS = {"version": 1, "max_calls_per_function": MAX_CALLS_PER_FUNCTION,
+            "max_seen_per_function": MAX_SEEN_PER_FUNCTION, "max_call_chars": MAX_CALL_CHARS,
+            "max_differing": MAX_DIFFERING, "max_agreeing": MAX_AGREEING}
+
+# Why a kept task got no hidden cases (counted in the synthesis stats).
+NO_CALLS = "no_recorded_call"
+NOT_DISTINGUISHED = "not_distinguished"
+REPLAY_FAILED = "replay_failed"
+
+
+def module_name(rel: str) -> str:
+    """Dotted module of a repository-relative .py path, as `python -I` with the repository root on
+    sys.path imports it (a src layout keeps its `src.` prefix: the grader's runner adds nothing
+    else to sys.path)."""
+    parts = rel[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class CleanCall:
+    args_json: str
+    expected_json: str  # canonical JSON of the clean value
+
+
+@dataclass
+class CallBook:
+    """Reproducible clean calls, by (module, function)."""
+    calls: Dict[Tuple[str, str], List[CleanCall]] = field(default_factory=dict)
+
+    def count(self) -> int:
+        return sum(len(calls) for calls in self.calls.values())
+
+    def calls_for(self, file: str, scope: str) -> Tuple[str, str, List[CleanCall]]:
+        """(module, function, calls) for a mutation in `file` inside `scope` (its enclosing
+        qualified name): the top of the scope is the module-level function whose calls reach it."""
+        module, function = module_name(file), scope.split(".")[0]
+        return module, function, (self.calls.get((module, function), []) if scope else [])
+
+    def cases(self, workdir: Path, file: str, scope: str, python: str,
+              timeout_s: float) -> Tuple[List[dict], Optional[str]]:
+        """(hidden cases as row entries, None) for the mutated copy in workdir, or ([], why not)."""
+        module, function, calls = self.calls_for(file, scope)
+        if not calls:
+            return [], NO_CALLS
+        outcomes = replay(workdir, [(module, function, call.args_json) for call in calls], python, timeout_s)
+        if outcomes is None:
+            return [], REPLAY_FAILED
+        differing = [call for call, value in zip(calls, outcomes) if value != call.expected_json]
+        if not differing:
+            return [], NOT_DISTINGUISHED
+        agreeing = [call for call, value in zip(calls, outcomes) if value == call.expected_json]
+        chosen = set(differing[:MAX_DIFFERING] + agreeing[:MAX_AGREEING])
+        return [{"module": module, "function": function, "args_json": call.args_json,
+                 "expected_json": call.expected_json} for call in calls if call in chosen], None
+
+
+class CallRecorder:
+    """Sets up the recording run of the clean suite in `workdir`, watching `files` (relative
+    paths), and turns its recording into a CallBook. `scratch` is a private folder outside
+    workdir (the plugin, its settings and the recording live there)."""
+
+    def __init__(self, scratch: Path, workdir: Path, files: Sequence[str]):
+        self.scratch, self.workdir = scratch, workdir
+        scratch.mkdir(parents=True, exist_ok=True)
+        (scratch / f"{PLUGIN_NAME}.py").write_text(PLUGIN_SOURCE)
+        self.out = scratch / "recording.json"
+        self.config = scratch / "recorder.json"
+        root = os.path.realpath(workdir)
+        self.config.write_text(json.dumps({
+            "files": {os.path.join(root, *rel.split("/")): module_name(rel) for rel in files},
+            "max_calls_per_function": MAX_CALLS_PER_FUNCTION, "max_seen_per_function": MAX_SEEN_PER_FUNCTION,
+            "max_call_chars": MAX_CALL_CHARS, "out": str(self.out),
+        }))
+
+    @property
+    def pytest_args(self) -> List[str]:
+        return ["-p", PLUGIN_NAME]
+
+    @property
+    def env(self) -> Dict[str, str]:
+        return {CONFIG_ENV: str(self.config)}
+
+    @property
+    def paths(self) -> List[str]:
+        return [str(self.scratch)]
+
+    def recording(self) -> Optional[list]:
+        """[[module, function, args_json, result_json], ...], or None when the run wrote none."""
+        if not self.out.is_file():
+            return None
+        return json.loads(self.out.read_text())
+
+    def book(self, python: str, timeout_s: float) -> CallBook:
+        """The recorded calls whose clean replay returns the recorded value."""
+        recorded = self.recording() or []
+        outcomes = replay(self.workdir, [(module, function, args) for module, function, args, _ in recorded],
+                          python, timeout_s) if recorded else []
+        book = CallBook()
+        for (module, function, args_json, result_json), value in zip(recorded, outcomes or []):
+            if value is not None and value == canonical(result_json):
+                book.calls.setdefault((module, function), []).append(CleanCall(args_json, value))
+        return book
+
+
+def replay(workdir: Path, calls: Sequence[Tuple[str, str, str]], python: str,
+           timeout_s: float) -> Optional[List[Optional[str]]]:
+    """Each call's canonical JSON value in workdir (None: it raised or returned no plain value),
+    from the grader's runner in one fresh `python -I -B` (-B: a mutated file written within the
+    same second as a cached clean one must not reuse its bytecode); None when the runner did not
+    finish within timeout_s."""
+    with tempfile.TemporaryDirectory(prefix="swerve-replay-") as scratch:
+        runner, cases, results = (Path(scratch) / name for name in ("runner.py", "cases.json", "results.json"))
+        runner.write_text(RUNNER_SOURCE)
+        cases.write_text(json.dumps([[module, function, json.loads(args)] for module, function, args in calls]))
+        if not _run_runner([python, "-I", "-B", str(runner), str(cases), str(results)], workdir, timeout_s):
+            return None
+        if not results.is_file():
+            return None
+        return [_value(entry) for entry in json.loads(results.read_text())]
+
+
+def _value(entry: dict) -> Optional[str]:
+    # A raised exception is not a value (the runner may still send "value": the exception's
+    # attributes), so it never becomes an expected value and always differs from a clean one.
+    if "raised" in entry or "value" not in entry:
+        return None
+    return canonical(entry["value"])
+
+
+def _run_runner(command: List[str], workdir: Path, timeout_s: float) -> bool:
+    """Whether the runner finished in time; its process group is killed either way (a mutated
+    function may have started children)."""
+    proc = subprocess.Popen(command, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=max(1.0, timeout_s))
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group already exited: nothing is left to kill
+        proc.wait()
+
+
+def default_python(python: Optional[str]) -> str:
+    return python or sys.executable

@@ -1,0 +1,33 @@
+"""turn_overhead, scale and weight_sync: each runs and reports its figures (structure, never timing)."""
+import pytest
+from bench.throughput import scale as bench_scale
+from bench.registry import weight_sync
+from bench.throughput.turn_overhead import turn_overhead
+
+pytestmark = pytest.mark.slow  # benchmark fleets on Ray
+
+
+def test_turn_overhead_reports_the_turn_and_its_parts(ray_session, tiny_cfg):
+    result = turn_overhead(tiny_cfg, repetitions=1)
+    parts = result["parts_median_s"]
+    assert result["median_s"] > 0 and set(parts) == {"ray_call_s", "generate_s", "sandbox_exec_s", "local_exec_s"}
+    assert result["baseline"] == parts["ray_call_s"] and result["met"] == (result["median_s"] <= 0.003)
+
+
+def test_scale_holds_every_episode_in_flight_at_once(ray_session, tiny_cfg, monkeypatch):
+    monkeypatch.setattr(bench_scale, "LEVELS", (2, 4))
+    monkeypatch.setattr(bench_scale, "ABSORB_S", 0.5)
+    result = bench_scale.scale(tiny_cfg, repetitions=1)
+    assert [level["episodes"] for level in result["levels"]] == [2, 4]
+    assert result["concurrent_episodes"] == 4  # no cap below the episode actors anywhere
+    assert result["collector_completions_per_s"] > 0 and result["collector_in_process_per_s"] > 0
+    # Ray's floor for the same calls, one and BATCH completions per call, fed the same way.
+    run = result["absorption_runs"][0]
+    assert run["ray_floor_per_s"] > 0 and run["ray_floor_batched_per_s"] > 0 and run["batch"] == bench_scale.BATCH
+    assert result["levels"][1]["memory_used_mb"] > 0  # 4 episode and 4 sandbox actors cost memory
+
+
+def test_weight_sync_pushes_to_one_and_two_engines(ray_session, tiny_cfg):
+    result = weight_sync(tiny_cfg, repetitions=1)
+    assert len(result["runs"][1]) == len(result["runs"][2]) == 1
+    assert result["seconds_two_engines"] > 0 and result["weights_mb"] > 0
