@@ -1,7 +1,8 @@
-"""How a run's roles exist in Ray: `placement_plan` (what a config creates, no Ray needed),
-`placement` (its placement groups), `remote` (the one place plain classes become actors),
-`launch` (start Ray and build every role) and `roles` (the handles through which one role calls
-another, each owning its deadline and failure kind).
+"""Where roles live and how they are called: `roles` (the handles through which one role calls
+another, each owning its deadline and failure kind: `wait`, `RoleFailure`, `CollectorRole`,
+`TrainerGroup`, `EpisodeLoops`), `placement_plan` (what a config creates, where each GPU role
+lands; no Ray needed) and `placement` (that plan as Ray placement groups).
 
-May import: every actor class it wraps, `configs`, `envs.outcomes`; never a stage or the command line.
+May import: `actors.report` only of `actors`, and `configs`, `envs.outcomes`: every role stands
+on it, so it knows none of them (tests/test_layers.py holds this).
 """

@@ -1,7 +1,7 @@
-"""Inference engines as roles: `EngineActor` owns one server process, `EngineSet` is the run's
-handle to all of them (start, replace the dead, push weights), `EngineRouter` picks one per
-trajectory.
+"""The engine role: `EngineActor` owns one inference server process and is the only thing that
+talks to it; `EngineRouter` picks an engine per trajectory (least outstanding work, then sticky).
+The run's handle to all engines is `actors/fleet/engine_set.py`.
 
-May import: `actors.cluster` (how roles are created, placed and called), `actors.training.supervisor`'s
-failure kinds through the handles, `policies` (the engine wire) and `configs`.
+May import: `actors.report`, `actors.cluster`, and `policies`, `configs` (tests/test_layers.py
+holds this).
 """

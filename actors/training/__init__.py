@@ -1,7 +1,8 @@
-"""The training loop's roles: `driver.train` (the whole story of a step), the sample collector (the
-only owner of what is trainable), task picking, the trainer shards, checkpoints of a run
-(`restart`), and what keeps it alive (`supervisor`, `watchdog`, `faults` for injected ones).
+"""The roles that own samples and weights: the sample collector (the only owner of what is
+trainable: admission, groups, advantages, batches, accounting) with its task picker, task table
+and batch stats; the trainer shards (one rank each); and the eval queue, which plays the
+collector's part in `swerve eval`. The loop that drives them is `actors/stages/driver.py`.
 
-May import: `actors.episodes`, `actors.engines`, `actors.cluster`, `actors.report`, `envs`,
-`policies`, `configs`; never a stage or the command line.
+May import: `actors.report`, `actors.cluster`, `actors.episodes` (the records), and `envs`,
+`policies`, `configs` (tests/test_layers.py holds this).
 """
