@@ -1,4 +1,8 @@
-"""Gymnasium text environments, tasks, sandboxes and the grader.
+"""Gymnasium text environments: the envs (`swe_env`, `harness_env`, `reverse_env`, built by
+`make.make_env`), the action protocol (`actions`, `text`), the outcome classes every part shares
+(`outcomes`), and what drives envs over tasks (`expert`, `validate`, `image_suite`). Below them, by
+concept: `tasks/` (what an episode is asked to fix), `sandboxes/` (where it runs) and `grading/`
+(how it is judged); each says what it may import. No Ray, no model, nothing of `policies`.
 
 Importing envs (any module of it) registers `swerve/SWE-v0`, `swerve/Harness-v0` and `swerve/Reverse-v0` with
 gymnasium. Entry points are strings, so registering imports neither env and the package stays
