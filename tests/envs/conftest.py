@@ -3,10 +3,14 @@ import shutil
 import pytest
 
 from configs.schema import SandboxConfig
+from envs.sandboxes.cgroups import cgroups_unavailable_reason
 from envs.sandboxes.local_sandbox import LocalSandbox
 from envs.tasks.loaders import load_tasks
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+_NO_CGROUP = cgroups_unavailable_reason()
+# Never run a fork bomb without a pids cgroup around it: as root RLIMIT_NPROC is not enforced.
+needs_cgroup = pytest.mark.skipif(_NO_CGROUP is not None, reason=f"{_NO_CGROUP} (not root or no cgroup fs)")
 
 
 @pytest.fixture(scope="session")

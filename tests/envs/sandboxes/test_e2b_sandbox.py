@@ -226,7 +226,7 @@ box.start(task)
 print("STARTED", flush=True)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))), env=dict(os.environ))
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))), env=dict(os.environ))
     assert "STARTED" in done.stdout and "KILLED debug_sandbox_id" in done.stdout, done.stderr[-2000:]
 
 

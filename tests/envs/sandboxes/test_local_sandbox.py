@@ -1,23 +1,25 @@
+"""The local sandbox (envs/sandboxes/local_sandbox.py): commands in a per-lease workspace copy, isolated with
+bubblewrap (no network, another uid, only the allow-listed environment, no host home), bounded in
+time, output and resources, and unable to reach another lease or the fix in a git history."""
 import os
 import pwd
-import signal
+import resource
 import shutil
 import socket
-import sys
 import subprocess
 import tempfile
 import time
+import tracemalloc
 import uuid
 
 import pytest
 
 from configs.schema import SandboxConfig
+from envs.outcomes import InfraError, InfraSource
 from envs.sandboxes import local_sandbox as local_sandbox_module
 from envs.sandboxes.local_sandbox import LocalSandbox, clean_env
-from envs.outcomes import InfraError, InfraSource
 from envs.sandboxes.sandbox import Sandbox
-
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+from tests.envs.conftest import needs_bwrap, needs_cgroup
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -74,11 +76,11 @@ def test_host_environment_is_not_visible(sandbox, monkeypatch):
     assert "HOME=/tmp" in output and "PYTHONDONTWRITEBYTECODE=1" in output
 
 
-# ---- host secrets: environment, other processes, home -----------------------------------------
-
 HOST_SECRETS = {"E2B_API_KEY": "e2b_fakefakefake0123456789", "OPENAI_API_KEY": "sk-fake0123456789abcdef",
                 "HF_TOKEN": "hf_fake0123456789abcdef", "AWS_SECRET_ACCESS_KEY": "fake/aws+secret0123456789",
                 "RAY_AUTH_TOKEN": "fakeraytoken0123456789"}
+
+
 # What bash adds by itself to the environment it is given.
 _SHELL_VARS = {"PWD", "SHLVL", "_", "OLDPWD"}
 
@@ -256,97 +258,6 @@ def test_bwrap_writes_outside_the_workspace_fail(make_sandbox, task_by_id):
     assert not os.path.exists(f"/tmp/{name}")
 
 
-# ---- lease cgroups, output flood, cross-lease isolation ----------------------------------
-
-import logging
-import resource
-import tracemalloc
-
-from envs.sandboxes.cgroups import LeaseCgroup, cgroups_unavailable_reason
-
-_NO_CGROUP = cgroups_unavailable_reason()
-# Never run a fork bomb without a pids cgroup around it: as root RLIMIT_NPROC is not enforced.
-needs_cgroup = pytest.mark.skipif(_NO_CGROUP is not None, reason=f"{_NO_CGROUP} (not root or no cgroup fs)")
-
-
-@needs_cgroup
-@pytest.mark.slow
-def test_fork_bomb_is_contained_by_the_lease_cgroup(make_sandbox, isolation, task_by_id):
-    box = make_sandbox(isolation=isolation, max_processes=64, cgroup="required")
-    box.start(task_by_id["textkit-001"])
-    assert box.cgroup.read("pids.max") == "64"
-    started = time.monotonic()
-    # The bomb forks in the background, then the command's own shell tries to go on. Whether
-    # that shell wins a fork against the bomb is a race (bash retries a refused fork with
-    # backoff), so the contract is: the command ends by its timeout at the latest, and is
-    # reported either way.
-    result = box.exec(":(){ :|:& };:; sleep 2; echo SURVIVED", timeout_s=10)
-    assert time.monotonic() - started < 20
-    assert result.timed_out or "SURVIVED" in result.output
-    # The limit was hit (forks were refused) and nothing of the bomb survives the command.
-    assert int(box.cgroup.read("pids.events").split()[-1]) > 0
-    assert box.cgroup.pids() == []
-    assert box.exec("echo alive").output == "alive\n"
-
-
-@needs_cgroup
-def test_a_frozen_lease_whose_owner_died_is_thawed_killed_and_removed():
-    import subprocess
-    from pathlib import Path
-
-    from envs.sandboxes.cgroups import NAME_PREFIX, _sweep_stale
-
-    freezer_root = Path("/sys/fs/cgroup/freezer")
-    if not (freezer_root / "cgroup.procs").exists():
-        pytest.skip("no cgroup v1 freezer here")
-    child = subprocess.Popen(["true"])
-    child.wait()
-    dead_owner = child.pid  # exited and reaped: its pid names a dead owner
-    stale = freezer_root / f"{NAME_PREFIX}{dead_owner}-frozentest"
-    stale.mkdir()
-    sleeper = subprocess.Popen(["sleep", "60"])
-    try:
-        (stale / "cgroup.procs").write_text(str(sleeper.pid))
-        (stale / "freezer.state").write_text("FROZEN")
-        # As when the owner died between freezing its lease and killing it: SIGKILL alone
-        # stays pending on a frozen process.
-        _sweep_stale(freezer_root)
-        assert sleeper.wait(timeout=10) == -9
-        for _ in range(50):
-            if not stale.exists():
-                break
-            _sweep_stale(freezer_root)
-            time.sleep(0.1)
-        assert not stale.exists()
-    finally:
-        sleeper.kill()
-        if stale.exists():
-            (stale / "freezer.state").write_text("THAWED")
-
-
-@needs_cgroup
-@pytest.mark.slow
-def test_lease_cgroup_bounds_memory_of_all_processes_together(make_sandbox, task_by_id):
-    # Each hog stays under the per-process RLIMIT_AS; only the lease cgroup sees both.
-    box = make_sandbox(isolation="none", memory_mb=300, cgroup="required")
-    box.start(task_by_id["textkit-001"])
-    assert int(box.cgroup.read("memory.limit_in_bytes" if box.cgroup.version == 1 else "memory.max")) <= 300 * 2**20
-    hog = "python -c \"import time; a = b'x' * 200_000_000; time.sleep(3)\""
-    result = box.exec(f"{hog} & p=$!; {hog}; echo B=$?; wait $p; echo A=$?", timeout_s=30)
-    assert "=137" in result.output, result.output
-
-
-@needs_cgroup
-def test_commands_run_inside_the_lease_cgroup_and_close_removes_it(make_sandbox, task_by_id):
-    box = make_sandbox(isolation="none", cgroup="required")
-    box.start(task_by_id["textkit-001"])
-    cgroup_dirs = list(box.cgroup.dirs.values())
-    name = cgroup_dirs[0].name
-    assert name in box.exec("cat /proc/self/cgroup").output
-    box.close()
-    assert not any(path.exists() for path in cgroup_dirs)
-
-
 @pytest.mark.slow
 @needs_cgroup
 def test_timeout_kills_children_that_left_the_process_group(make_sandbox, isolation, task_by_id):
@@ -360,27 +271,6 @@ def test_timeout_kills_children_that_left_the_process_group(make_sandbox, isolat
     # A daemon left behind by a command that exited normally is ended too.
     box.exec(f"setsid sleep {seconds} > /dev/null 2>&1 < /dev/null &")
     assert _processes_with(f"sleep\0{seconds}") == []
-
-
-def test_without_cgroups_the_lease_degrades_with_a_warning(make_sandbox, task_by_id, monkeypatch, caplog):
-    def refuse(*args, **kwargs):
-        raise OSError("cgroup fs is read-only")
-
-    monkeypatch.setattr(LeaseCgroup, "create", classmethod(refuse))
-    monkeypatch.setattr(local_sandbox_module, "_warned_no_cgroup", False)
-    box = make_sandbox(isolation="none")
-    with caplog.at_level(logging.WARNING, logger="envs.sandboxes.local_sandbox"):
-        box.start(task_by_id["textkit-001"])
-    assert box.cgroup is None and box.exec("echo ok").output == "ok\n"
-    assert "no per-lease cgroup" in caplog.text and "read-only" in caplog.text
-    strict = make_sandbox(isolation="none", cgroup="required")
-    with pytest.raises(InfraError, match="cgroup='required'"):
-        strict.start(task_by_id["textkit-001"])
-
-
-def test_invalid_cgroup_mode_is_refused():
-    with pytest.raises(ValueError, match="required"):
-        LocalSandbox(SandboxConfig(cgroup="sometimes"))
 
 
 @pytest.mark.slow
@@ -453,133 +343,3 @@ def test_a_git_workspace_keeps_its_files_but_not_the_history_holding_the_fix(tmp
     finally:
         sandbox.close()
     assert subprocess.run([*git, "cat-file", "-t", fix], capture_output=True).returncode == 0  # the source is untouched
-
-
-_OWNER = """
-import sys, time
-from configs.schema import SandboxConfig
-from envs.sandboxes.local_sandbox import LocalSandbox
-from envs.tasks.task import Task
-box = LocalSandbox(SandboxConfig(isolation="bwrap", cgroup="required", workdir_root=sys.argv[2]))
-box.start(Task(id="t", repo="r", workspace_dir=sys.argv[1], problem_statement="", test_command="true",
-               fail_to_pass=(), pass_to_pass=(), gold_patch="", stratum="", test_files=()))
-assert box.exec("echo up").output == "up\\n"
-print(box.jail_cgroup.procs_files[0], flush=True)
-time.sleep(600)
-"""
-
-
-@needs_cgroup
-@needs_bwrap
-@pytest.mark.slow  # starts an owner process and its jail
-def test_a_jail_left_by_a_killed_owner_is_ended_by_the_next_lease(tmp_path):
-    """What the owner's stop() never reached (here a stopped process, as one caught in bwrap's
-    set-up before its parent-death signal) is in the jail's cgroup, which the next lease's sweep
-    ends once the owner is gone."""
-    from pathlib import Path
-
-    from envs.sandboxes.cgroups import LeaseCgroup, pid_alive
-
-    (tmp_path / "repo").mkdir()
-    owner = subprocess.Popen([sys.executable, "-c", _OWNER, str(tmp_path / "repo"), str(tmp_path)],
-                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3])
-    straggler = None
-    try:
-        procs = Path(owner.stdout.readline().strip())
-        assert procs.name == "cgroup.procs" and "-jail-" in procs.parent.name, procs
-        jail = [int(pid) for pid in procs.read_text().split()]
-        assert jail and all("bwrap" in Path(f"/proc/{pid}/cmdline").read_text() or "exec_server" in
-                            Path(f"/proc/{pid}/cmdline").read_text() for pid in jail)
-        # An orphan, as a jail's leftover is: init reaps it, not this test.
-        straggler = int(subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True,
-                                       text=True, check=True).stdout)
-        procs.write_text(str(straggler))
-        os.kill(straggler, signal.SIGSTOP)
-        owner.kill()
-        owner.wait(timeout=10)
-        LeaseCgroup.create(64 * 2**20, 16).remove()  # any later lease sweeps the dead owner's cgroups
-        assert not procs.parent.exists()
-        deadline_s = time.monotonic() + 10
-        while pid_alive(straggler) and time.monotonic() < deadline_s:
-            time.sleep(0.05)
-        assert not pid_alive(straggler)
-    finally:
-        owner.kill()
-        if straggler is not None and pid_alive(straggler):
-            os.kill(straggler, signal.SIGKILL)
-
-
-# ---- what the agent leaves: reset and close never walk it here, and it is gone -----------------
-
-# Each kind of tree that breaks a recursive walk or a plain rm: depth, count, mode, name, length.
-_LEFTOVERS = {
-    "depth 3000": "python3 -c 'import os; [(os.mkdir(\"d\"), os.chdir(\"d\")) for _ in range(3000)]'",
-    "20000 files": "mkdir flood && cd flood && for d in $(seq 20); do mkdir $d && (cd $d && seq 1000 | xargs touch); done",
-    "chmod 000": "mkdir -p locked/inner && touch locked/inner/f && chmod 000 locked/inner locked",
-    "non-UTF-8 name": "touch $'bad\\xffname' && mkdir $'dir\\xfe' && touch $'dir\\xfe/x'",
-    "past PATH_MAX": "mkdir long && cd long && for i in $(seq 40); do mkdir " + "p" * 200 + " && cd " + "p" * 200
-                     + " || exit 1; done && touch leaf",
-}
-
-
-def _lease_leftovers(root) -> list:
-    return sorted(name for name in os.listdir(root) if name.startswith("swerve-lease-"))
-
-
-@pytest.mark.slow
-def test_reset_and_close_delete_every_tree_the_agent_can_make(make_sandbox, isolation, task_by_id, tmp_path):
-    box = make_sandbox(isolation=isolation)
-    box.start(task_by_id["textkit-001"])
-    pristine = sorted(os.listdir(box.workspace))
-    for what, command in _LEFTOVERS.items():
-        result = box.exec(command, timeout_s=120)
-        assert result.exit_code == 0, (what, result.output[-2000:])
-    assert box.exec("chmod 000 .").exit_code == 0  # the workspace root too (same uid as the host's)
-    started_s = time.monotonic()
-    box.reset()
-    print(f"reset with {list(_LEFTOVERS)}: {time.monotonic() - started_s:.3f} s")
-    assert sorted(os.listdir(box.workspace)) == pristine
-    assert box.exec("ls -A").output.split() == pristine
-    started_s = time.monotonic()
-    box.close()
-    print(f"close (waits for the deletions): {time.monotonic() - started_s:.3f} s")
-    assert local_sandbox_module.wait_for_deleters() == []
-    assert _lease_leftovers(tmp_path) == []
-
-
-@pytest.mark.slow
-def test_reset_of_twenty_thousand_files_returns_before_they_are_deleted(make_sandbox, task_by_id, tmp_path):
-    box = make_sandbox(isolation="none")
-    box.start(task_by_id["textkit-001"])
-    assert box.exec(_LEFTOVERS["20000 files"], timeout_s=120).exit_code == 0
-    started_s = time.monotonic()
-    box.reset()
-    print(f"reset with 20000 files: {time.monotonic() - started_s:.3f} s")
-    assert not (box.workspace / "flood").exists()
-    lease = box.workspace.parent.name
-    assert [name for name in _lease_leftovers(tmp_path) if name != lease]  # moved aside, not walked
-    box.close()
-    assert local_sandbox_module.wait_for_deleters() == [] and _lease_leftovers(tmp_path) == []
-
-
-@needs_bwrap
-def test_a_workspace_root_chmod_000_still_runs_the_next_command(make_sandbox, task_by_id):
-    box = make_sandbox(isolation="bwrap")
-    box.start(task_by_id["textkit-001"])
-    # Dirt in /tmp makes the next command start a fresh jail on the chmod'ed workspace.
-    box.exec("chmod 000 /workspace; touch /tmp/dirt")
-    result = box.exec("pwd; ls textkit")
-    assert result.exit_code != 0 and "/workspace" in result.output  # the agent locked itself out
-    box.reset()
-    assert "case.py" in box.exec("ls textkit").output
-
-
-def test_a_deleter_cannot_be_steered_by_a_link_in_place_of_the_tree(tmp_path):
-    target = tmp_path / "host"
-    (target / "keep").mkdir(parents=True)
-    os.chmod(target / "keep", 0o500)
-    link = tmp_path / "lease"
-    link.symlink_to(target)
-    assert local_sandbox_module.discard_tree(link) is None
-    assert not os.path.lexists(link) and (target / "keep").is_dir()
-    assert os.stat(target / "keep").st_mode & 0o777 == 0o500  # chmod -R never saw it

@@ -4,14 +4,13 @@ SGLang 0.5.23 sits in a side install (`make sglang-side`, policies/engines/sglan
 GPU and no CUDA packages needed. What can be read is read from its installed source with `ast`
 (request dataclasses, HTTP routes, the keys its response builders write). What must run (its
 CLI parser, the generated JSON contract `sglang.api.v1.api_types` that http_server.py applies to
-every /generate body, its SamplingParams) runs once per module in a subprocess (`_PROBE`):
-importing SGLang installs a triton placeholder and reconfigures logging, which must not leak
-into the pytest process. Every expected set comes from SGLang's files, none is a copy here.
+every /generate body, its SamplingParams) runs once per module in a subprocess
+(tests/policies/engines/sglang_probe.py): importing SGLang installs a triton placeholder and
+reconfigures logging, which must not leak into the pytest process. Every expected set comes from SGLang's files, none is a copy here.
 """
 from __future__ import annotations
 
 import ast
-import functools
 import inspect
 import json
 import os
@@ -25,6 +24,7 @@ from configs.schema import EngineConfig
 from policies.sample_types import SampleRequest, age_priority
 from policies.engines import client, process, protocol, sglang_side
 from policies.server.app import start_server
+from tests.policies.engines.sglang_source import keys_read, sglang_routes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 IO_STRUCT = "srt/managers/io_struct.py"
@@ -122,153 +122,6 @@ def client_calls() -> list[tuple[str, str, object]]:
 CONTROL_CALLS = [c for c in client_calls() if c[0] == "POST" and c[1] != protocol.GENERATE]
 
 
-@functools.lru_cache(maxsize=1)
-def sglang_routes() -> dict[str, dict]:
-    """path -> {"methods", "body"} from every @app/@router route under srt/entrypoints; body is
-    the request class FastAPI parses the JSON body into (`obj: X` or `Annotated[X, Body()]`)."""
-    root = os.path.dirname(sglang_side.source_path("srt/entrypoints/http_server.py"))
-    routes: dict[str, dict] = {}
-    for name in sorted(os.listdir(root)):
-        if not name.endswith(".py"):
-            continue
-        with open(os.path.join(root, name), encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for dec in fn.decorator_list:
-                if not (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.args
-                        and dec.func.attr in ("get", "post", "put", "delete", "api_route")
-                        and isinstance(dec.args[0], ast.Constant) and str(dec.args[0].value).startswith("/")):
-                    continue
-                methods = {dec.func.attr.upper()}
-                if dec.func.attr == "api_route":
-                    given = [k.value for k in dec.keywords if k.arg == "methods"]
-                    methods = set(ast.literal_eval(given[0])) if given else {"GET"}
-                route = routes.setdefault(dec.args[0].value, {"methods": set(), "body": None})
-                route["methods"] |= methods
-                route["body"] = route["body"] or _body_class(fn)
-    return routes
-
-
-def _body_class(fn) -> str | None:
-    for arg in fn.args.args:
-        ann = arg.annotation
-        if isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "Annotated":
-            ann = ann.slice.elts[0]
-        if isinstance(ann, ast.Name) and ann.id[0].isupper() and ann.id not in ("Request", "Response"):
-            return ann.id
-    return None
-
-
-def keys_read(fn) -> set[str]:
-    """The dict keys a function of ours reads: x.get(K, ...) and x[K], K a literal or a module constant."""
-    scope = vars(sys.modules[fn.__module__])
-    keys = set()
-    for node in ast.walk(ast.parse(inspect.getsource(fn))):
-        key = None
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                and node.args):
-            key = node.args[0]
-        elif isinstance(node, ast.Subscript):
-            key = node.slice
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            keys.add(key.value)
-        elif isinstance(key, ast.Name) and isinstance(scope.get(key.id), str):
-            keys.add(scope[key.id])
-    return keys
-
-
-_PROBE = r'''
-import argparse, contextlib, io, json, sys, traceback
-from policies.engines import sglang_side
-
-def plain(value):
-    return sorted(value) if isinstance(value, (set, frozenset)) else list(value) if isinstance(value, tuple) else value
-
-def failure(err):
-    frames = [f.filename for f in traceback.extract_tb(err.__traceback__) if "sglang" in f.filename]
-    return f"{type(err).__name__}: {err}" + (f" (in {frames[-1]})" if frames else "")
-
-payload, out = json.load(sys.stdin), {}
-sa = sglang_side.server_args_module()
-parser = argparse.ArgumentParser()
-sa.ServerArgs.add_cli_args(parser)
-flags = parser._option_string_actions
-out["server_args_fields"] = sorted(sa.ServerArgs.__struct_fields__)
-out["launch"] = {}
-for name, argv in payload["launch"].items():
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            args = sa.prepare_server_args(argv)  # what `python -m sglang.launch_server` runs
-    except SystemExit:
-        out["launch"][name] = {"error": stderr.getvalue().strip().splitlines()[-1]}
-        continue
-    checks = []
-    for i, arg in enumerate(argv):
-        if not arg.startswith("--"):
-            continue
-        action = flags.get(arg)  # exact flags only: argparse would also take an abbreviation
-        if action is None:
-            checks.append({"flag": arg, "dest": None})
-            continue
-        value = argv[i + 1] if action.nargs is None else None
-        expected = action.const if action.nargs == 0 else (action.type or str)(value)
-        checks.append({"flag": arg, "dest": action.dest, "expected": plain(expected),
-                       "got": plain(getattr(args, action.dest))})
-    out["launch"][name] = {"error": None, "checks": checks,
-                           "values": {f: plain(getattr(args, f)) for f in payload["fields"] if hasattr(args, f)}}
-
-api = sglang_side.api_types_module()
-def contract(cls, value):
-    try:
-        decoded = cls.from_json_value(value)
-    except api.JsonContractError as err:
-        return {"error": str(err)}
-    return {"error": None, "canonical": decoded.to_json_value(), "decoded": decoded}
-out["generate_contract"] = {n: contract(api.GenerateRequest, b)["error"] for n, b in payload["generate"].items()}
-out["abort_contract"] = [contract(api.AbortRequest, b)["error"] for b in payload["abort"]]
-out["responses"] = {}
-for n, item in payload["responses"].items():
-    res = contract(api.GenerateResponse, item)
-    if res["error"] is None:
-        res["finish_class"] = type(res.pop("decoded").meta_info.finish_reason).__name__
-    out["responses"][n] = res
-info = contract(api.GetServerInfoResponse, payload["server_info"])
-info.pop("decoded", None)
-out["server_info"] = info
-
-from sglang.srt.sampling.sampling_params import SamplingParams
-out["sampling"] = {}
-for n, body in payload["generate"].items():
-    params = body["sampling_params"]
-    try:  # as TokenizerManager._create_tokenized_object does
-        sp = SamplingParams(**params)
-        sp.normalize(None)
-        sp.verify(payload["vocab_size"])
-    except Exception as err:
-        out["sampling"][n] = {"error": failure(err)}
-        continue
-    out["sampling"][n] = {"error": None, "values": {k: plain(getattr(sp, k)) for k in params},
-                          "top_k": sp.top_k, "temperature": sp.temperature}
-
-try:
-    from sglang.srt.managers.io_struct import GenerateReqInput
-except Exception as err:
-    out["generate_req_input"] = {"import_error": failure(err)}
-else:
-    out["generate_req_input"] = {}
-    for n, body in payload["generate"].items():
-        try:
-            GenerateReqInput(**body).normalize_batch_and_arguments()
-            out["generate_req_input"][n] = None
-        except Exception as err:
-            out["generate_req_input"][n] = failure(err)
-print("PROBE-JSON " + json.dumps(out))
-'''
-
-
 @pytest.fixture(scope="module")
 def served(model_path):
     """Our CPU server's answers: every GENERATE_CASES body, one that stops on a stop id, /server_info, /v1/loads."""
@@ -297,8 +150,8 @@ def probe(served):
                "generate": served["bodies"], "responses": served["responses"],
                "server_info": served["server_info"], "vocab_size": served["vocab_size"],
                "abort": [body for method, path, body in CONTROL_CALLS if path == protocol.ABORT_REQUEST]}
-    proc = subprocess.run([sys.executable, "-c", _PROBE], input=json.dumps(payload), capture_output=True,
-                          text=True, timeout=600, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-m", "tests.policies.engines.sglang_probe"], input=json.dumps(payload),
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("PROBE-JSON ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
     return json.loads(lines[-1][len("PROBE-JSON "):])

@@ -17,7 +17,7 @@ from policies.training import checkpoint as ckpt
 from policies.sample_types import TrainSample
 from policies.training.trainer import Trainer
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def fixed_batch(step: int) -> list[TrainSample]:
