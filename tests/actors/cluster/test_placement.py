@@ -16,7 +16,7 @@ from actors.cluster.placement_plan import build_plan
 from configs import load_config
 
 REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "bench" / "placement_run.py"
+SCRIPT = REPO / "bench" / "resilience" / "placement_run.py"
 FAKES = REPO / "tests" / "fakes"
 
 

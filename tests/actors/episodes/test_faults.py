@@ -21,7 +21,7 @@ from envs.tasks.loaders import load_tasks
 pytestmark = pytest.mark.slow  # training runs with injected faults and a 2-node cluster
 
 REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "bench" / "node_loss_run.py"
+SCRIPT = REPO / "bench" / "resilience" / "node_loss_run.py"
 IDENTITY = COUNTERS[1:]
 
 

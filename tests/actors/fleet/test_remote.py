@@ -127,6 +127,7 @@ def test_a_replacement_serves_nothing_before_its_weights(ray_session, model_path
         ready, _ = ray.wait([pending], timeout=2.0)
         assert not ready and ray.get(engine.stats.remote())["ready"] is False
         assert ray.get(engine.update_weights.remote(ray.put(_perturbed(model_path)), 3)) == 3
-        assert ray.get(pending).versions == [3] * 4
+        out = ray.get(pending)  # the perturbed model may end its reply early, on its end-of-text id
+        assert out.token_ids and out.versions == [3] * len(out.token_ids)
     finally:
         ray.kill(engine)
