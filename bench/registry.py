@@ -18,6 +18,7 @@ from typing import Callable
 from bench.throughput.async_vs_sync import async_vs_sync
 from bench.throughput.gateway import gateway
 from bench.throughput.multiturn_rollout import multiturn_rollout
+from bench.throughput.profile import profile
 from bench.resilience.reliability import reliability
 from bench.throughput.scale import scale
 from bench.throughput.turn_overhead import turn_overhead
@@ -179,6 +180,7 @@ BENCHMARKS: dict[str, Callable[[Config, int], dict]] = {
     "reliability": reliability,
     "multiturn_rollout": multiturn_rollout,
     "gateway": gateway,
+    "profile": profile,
 }
 # Benchmarks that also write a report of their own next to the table.
 REPORTS: dict[str, Callable[[dict], None]] = {"reliability": _reliability_report}
@@ -216,6 +218,7 @@ KEY_FIGURES = {
     "multiturn_rollout": ("tokens_per_s_cache_on", "tokens_per_s_cache_off", "token_identical"),
     "gateway": ("added_p50_s", "added_p99_s", "requests_per_s_one_core", "requests_per_s_wall", "server_core_share",
                 "requests_per_s_one_core_first_request"),
+    "profile": ("step_wall_s", "floor_wall_s", "idle_core_s_mean", "dropped_generated_share"),
 }
 
 
@@ -230,6 +233,12 @@ def write_table() -> None:
         rows.append(f"| {r['name']} | {r['figure']} | {_num(r['baseline'])} | {_num(r['ratio'])} | "
                     f"{_num(r['bound'])} | {r['target']} | {'yes' if r['met'] else 'no'} | {keys} | {r['machine']} | "
                     f"{r['date']} |")
+    profiled = RESULTS_DIR / "profile.json"
+    if profiled.is_file():  # swerve bench profile: the RL step by kind of work, beside its floor
+        r = json.loads(profiled.read_text())
+        rows += ["", "## The RL step, profiled", "", f"`swerve bench profile` ({r['date']}, {r['machine']}): CPU-seconds "
+                 "per steady step by process kind, split by what py-spy saw each kind do; flame graphs in "
+                 "bench/results/profile/.", "", *r["table"]]
     checks = sorted(CHECKS_DIR.glob("*.json"))
     if checks:
         rows += ["", "## `make check`", "", "The second tier (docs/contracts.md lists what it holds and why): each "

@@ -19,7 +19,8 @@ METRIC_NAMES = (
     "time_weight_sync_s", "policy_version", "staleness_mean", "staleness_max", "reward_mean",
     "resolved_rate", "truncated_rate", "format_error_rate", "infra_error_rate", "infra_error_by_source",
     "tamper_rate",
-    "rollout_traj_per_hour", "tail_fraction", "turns_mean", "tokens_mean", "segments_mean", "sandbox_start_p50_s",
+    "rollout_traj_per_hour", "tail_fraction", "turns_mean", "tokens_mean", "tokens_trained",
+    "tokens_generated_trained", "tokens_generated_finished", "segments_mean", "sandbox_start_p50_s",
     "engine_kv_usage_max", "engine_busy_fraction", "admitted", "in_flight", "buffered", "dropped_stale", "infra_excluded",
     "quarantined", "filtered_uniform",
     # Is RL learning? (README, "Is it learning?")

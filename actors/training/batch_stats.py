@@ -73,6 +73,12 @@ def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int
         "tail_fraction": tail_fraction(kept),
         "turns_mean": statistics.fmean(t.turns for t in kept) if kept else None,
         "tokens_mean": statistics.fmean(t.num_generated for t in kept) if kept else None,
+        # Where the step's tokens went (swerve bench profile's floor): every token of the trained
+        # sequences, the generated ones among them, and all generated since the last batch,
+        # including groups dynamic sampling dropped and trajectories that ended in infra errors.
+        "tokens_trained": sum(len(t.token_ids) for t in kept),
+        "tokens_generated_trained": sum(t.num_generated for t in kept),
+        "tokens_generated_finished": sum(t.num_generated for t in finished),
         # Training samples per trajectory: above 1 when agent harnesses rewrote their history
         # (swerve/Harness-v0 under env.harness.history=split).
         "segments_mean": statistics.fmean(max(1, len(t.segment_starts)) for t in kept) if kept else None,
