@@ -13,7 +13,7 @@ import random
 from typing import List, Sequence
 
 # Bump when the generator changes, so cached tokenizers are rebuilt.
-CORPUS_VERSION = 2
+CORPUS_VERSION = 3
 _SEED = 0
 # Enough distinct words for every merge of a 4096-token vocabulary; trains in ~1 s.
 _NUM_DOCUMENTS = 12000
@@ -171,7 +171,7 @@ def _task_document(rng: random.Random, tasks: Sequence[Sequence[str]]) -> str:
     return rng.choice([
         *texts,
         f"```bash\ngrep -n -A{rng.randint(1, 6)} 'def {name}(' mod.py\n```",
-        "```bash\npython -m pytest -q --tb=no test_mod.py\n```",
+        "```bash\npython -m pytest -qq --tb=no test_mod.py\n```",
         f"exit code: 1\ntest_mod.py {rng.choice(['.F.', 'F.', '.F', 'F..'])}\n"
         f"=========================== short test summary info ============================\n"
         f"FAILED test_mod.py::test_{name}_bug - assert {rng.randint(0, 30)} == {rng.randint(0, 30)}\n"

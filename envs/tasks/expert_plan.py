@@ -185,8 +185,10 @@ def plan_trace(task: Task, rng: random.Random, wrong: Optional[str], think: bool
     fix = parse_gold_patch(task.gold_patch)
     lines = read_lines(task, fix.path)
     tests = " ".join(_test_files(task))
-    # --tb=no: the summary line (test id, assertion) fits a small observation cap.
-    test_cmd = f"python -m pytest -q --tb=no {tests}"
+    # --tb=no: the summary line (test id, assertion) fits a small observation cap. -qq: no
+    # "N passed in 0.02s" line, whose duration changes with the machine's load, so the traces (and
+    # the SFT policy made of them) are the same in every run; the exit code says pass or fail.
+    test_cmd = f"python -m pytest -qq --tb=no {tests}"
 
     def say(kind: str, command: str) -> tuple[str, str]:
         thought = rng.choice(_THOUGHTS[kind.replace("_fail", "")]).format(n=fix.line_no)

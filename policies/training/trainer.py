@@ -104,7 +104,7 @@ class Trainer:
                    global_samples: Union[int, Sequence[int], None] = None) -> dict:
         """One update (policy version + 1) from this rank's share of a batch: `trainer.ppo_epochs`
         passes over it, each in `trainer.minibatches` optimizer steps (`minibatch_split`), all
-        clipped against the proximal log-probs computed once before the first step.
+        clipped against the proximal log-probs of the weights before the first step.
 
         The global counts (over every data-parallel share) are each minibatch's loss denominators
         (trainer.loss_aggregation), so shares' gradients sum to the whole minibatch's: one int per
@@ -116,24 +116,27 @@ class Trainer:
                               else [len(m) for m in minibatch_split(samples, count)], count, "global_samples")
         stats: dict = {"samples": len(samples)}
         t0 = time.perf_counter()
-        parts = []  # (padded minibatch, proximal log-probs, reference log-probs) per minibatch
+        # [padded minibatch, proximal log-probs, reference log-probs] per minibatch. The first
+        # minibatch's proximal log-probs are its first optimizer step's own forward (the weights
+        # have not moved yet), detached: one forward of 1/minibatches of the batch saved.
+        parts: list = []
         with torch.no_grad():
-            for part in minibatch_split(samples, count):
+            for index, part in enumerate(minibatch_split(samples, count)):
                 if not part:
                     parts.append(None)
                     continue
                 batch = pad_samples(part)
                 ids, attn = batch["token_ids"], batch["attention_mask"]
-                proximal = self.backend.sequence_logprobs(ids, attn, temperature)
+                proximal = self.backend.sequence_logprobs(ids, attn, temperature) if index else None
                 ref = self.reference.sequence_logprobs(ids, attn, temperature) if self.reference else None
-                parts.append((batch, proximal, ref))
+                parts.append([batch, proximal, ref])
         stats["time_logprob_s"] = time.perf_counter() - t0
-        stats.update(_behavior_gap([p for p in parts if p is not None], self.version))
         self._set_lr()
         steps: list[dict] = []
         for _ in range(self.cfg.ppo_epochs):
             for index, part in enumerate(parts):
                 steps.append(self._optimizer_step(part, temperature, max(tokens[index], 1), max(rows[index], 1)))
+        stats.update(_behavior_gap([p for p in parts if p is not None], self.version))
         self.version += 1
         stats.update(_combine_steps(steps), version=self.version, optimizer_steps=len(steps),
                      lr=self.optimizer.param_groups[0]["lr"], time_actor_update_s=time.perf_counter() - started)
@@ -155,6 +158,8 @@ class Trainer:
         if part is not None:
             batch, proximal, ref = part
             logprobs = self.backend.sequence_logprobs(batch["token_ids"], batch["attention_mask"], temperature)
+            if proximal is None:  # the weights are still those the batch is clipped against
+                proximal = part[1] = logprobs.detach()
             dev = logprobs.device
             loss, loss_stats = grpo_loss(
                 logprobs, proximal, batch["advantages"].to(dev), batch["loss_mask"].to(dev),

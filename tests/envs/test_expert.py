@@ -93,8 +93,8 @@ def test_main_writes_traces(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_parallel_workers_play_the_same_traces(traces, tmp_path):
-    """Each task draws from its own seeded RNG, so two processes write what one does (the
-    observations differ only in pytest's timings)."""
+    """Each task draws from its own seeded RNG, so two processes write what one does, byte for
+    byte: the expert's test command prints no timings (an SFT stage is reproducible)."""
     _, rows, _ = traces
     out = tmp_path / "parallel.jsonl"
     told = []  # what a progress line hears: (tasks done, traces resolved so far), one per task
@@ -111,3 +111,4 @@ def test_parallel_workers_play_the_same_traces(traces, tmp_path):
         return [(r["task_id"], r["recovery"], [m["content"] for m in r["messages"] if m["role"] == "assistant"])
                 for r in rs]
     assert replies(parallel) == replies(rows)
+    assert out.read_text() == open(traces[2]).read()
