@@ -88,9 +88,14 @@ class ProcessSampler:
                 kind = parent if parent.startswith("commands of ") else commands_of(parent)
             kinds[proc.pid] = kind
             alive[proc.pid] = _Seen(ppid, kind, times.user + times.system, times.children_user + times.children_system)
-        for pid, seen in self._seen.items():  # ended since the last sample: its parent reaped it
-            if pid not in alive:
-                self._reaped_seen[seen.ppid] = self._reaped_seen.get(seen.ppid, 0.0) + seen.own_s + seen.children_s
+        # Ended since the last sample: what was seen of each is in its parent's children times
+        # once the parent reaps it, with what was seen of its own ended children (handed up
+        # first, deepest first, when a process and its children ended together).
+        ended = {pid: seen for pid, seen in self._seen.items() if pid not in alive}
+        for pid in sorted(ended, key=lambda p: -_depth(p, ended)):
+            seen = ended[pid]
+            handed = seen.own_s + seen.children_s + self._reaped_seen.pop(pid, 0.0)
+            self._reaped_seen[seen.ppid] = self._reaped_seen.get(seen.ppid, 0.0) + handed
         for pid, seen in alive.items():
             before = self._seen.get(pid)
             own = seen.own_s - (before.own_s if before else 0.0)
@@ -112,6 +117,14 @@ class ProcessSampler:
     def _add(self, kind: str, seconds: float) -> None:
         if seconds > 0:
             self.totals[kind] = self.totals.get(kind, 0.0) + seconds
+
+
+def _depth(pid: int, ended: Dict[int, _Seen]) -> int:
+    """How many ended ancestors `pid` has among `ended`."""
+    depth = 0
+    while ended[pid].ppid in ended and depth < len(ended):
+        pid, depth = ended[pid].ppid, depth + 1
+    return depth
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:

@@ -5,10 +5,11 @@ It runs the RL stage of the config (from its SFT policy: `model.path=DIR`, else 
 under runs/profile) while, in this process,
 - a sampler reads every process of the run each PROFILE_INTERVAL_S (bench/throughput/process_cpu.py)
   and cuts the CPU-seconds by kind at each step's end (a new row in the run's metrics.jsonl);
-- from the second step on, py-spy samples one process of each kind; its stacks give the share of
+- during the second step, py-spy samples one process of each kind; its stacks give the share of
   that kind's CPU by kind of work (bench/throughput/flame.py) and a flame graph, saved beside the
   result in bench/results/profile/<kind>.svg (with the collapsed stacks, <kind>.txt).
-The first step (fleet start, imports, first weights) is reported apart from the steady steps.
+The first step (fleet start, imports, first weights) and the second (py-spy's own cost: it took
+a third of the CPU when it ran through every step) are reported apart from the steady steps.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ class StepClock(threading.Thread):
         self.metrics_path, self.sampler = metrics_path, ProcessSampler(root_pid)
         self.cuts: List[dict] = []
         self.stopping = threading.Event()
-        self.first_row = threading.Event()
+        self.rows = [threading.Event(), threading.Event()]  # the first and the second step done
 
     def run(self) -> None:
         self._cut(0)
@@ -68,7 +69,8 @@ class StepClock(threading.Thread):
             rows = _rows(self.metrics_path)
             if len(rows) > len(self.cuts) - 1:
                 self._cut(len(rows))
-                self.first_row.set()
+                for event in self.rows[: len(rows)]:
+                    event.set()
             else:
                 self.sampler.sample()  # keeps the books of processes that end between cuts
 
@@ -116,7 +118,7 @@ def stop_py_spy(spies: Dict[str, subprocess.Popen], out_dir: Path) -> Dict[str, 
         path = out_dir / f"{_slug(kind)}.txt"
         if path.is_file():
             stacks = read_collapsed(path.read_text())
-            (out_dir / f"{_slug(kind)}.svg").write_text(flame_svg(stacks, f"{kind}, RL steps 2..N"))
+            (out_dir / f"{_slug(kind)}.svg").write_text(flame_svg(stacks, f"{kind}, RL step 2"))
             result[kind] = shares(stacks)
     return result
 
@@ -162,25 +164,30 @@ def profile(cfg: Config, repetitions: int, out_dir: Path = OUT_DIR) -> dict:
 
     failed: List[BaseException] = []  # a profiler that could not start fails the bench after the run
 
-    def spy_from_step_two() -> None:
-        clock.first_row.wait()
-        if not clock.stopping.is_set():
-            try:
-                spies.update(start_py_spy(py_spy, clock.sampler.pids_by_kind(), out_dir))
-            except BaseException as err:  # re-raised in this bench's thread below
-                failed.append(err)
+    work_shares: Dict[str, Dict[str, float]] = {}
 
-    watcher = threading.Thread(target=spy_from_step_two, daemon=True)
+    def spy_on_step_two() -> None:  # py-spy costs CPU: the steps after it are the clean ones
+        clock.rows[0].wait()
+        if clock.stopping.is_set():
+            return
+        try:
+            spies.update(start_py_spy(py_spy, clock.sampler.pids_by_kind(), out_dir))
+            clock.rows[1].wait()
+            work_shares.update(stop_py_spy(spies, out_dir))
+        except BaseException as err:  # re-raised in this bench's thread below
+            failed.append(err)
+
+    watcher = threading.Thread(target=spy_on_step_two, daemon=True)
     clock.start()
     watcher.start()
     try:
         train(run_cfg)
     finally:
         clock.stopping.set()
-        clock.first_row.set()
+        for event in clock.rows:
+            event.set()
         clock.join()
         watcher.join()
-        work_shares = stop_py_spy(spies, out_dir)
     if failed:
         raise RuntimeError("py-spy could not start on the run's processes") from failed[0]
     return summarize(clock.cuts, _rows(run_path / "metrics.jsonl"), work_shares, policy)
@@ -188,7 +195,8 @@ def profile(cfg: Config, repetitions: int, out_dir: Path = OUT_DIR) -> dict:
 
 def summarize(cuts: List[dict], rows: List[dict], work_shares: Dict[str, Dict[str, float]], policy: str) -> dict:
     steps = step_table(cuts, rows)
-    steady = steps[1:] or steps
+    # Step 1 starts the fleet and step 2 carries py-spy's cost: the steady steps are the rest.
+    steady = steps[2:] or steps[1:] or steps
     params, rate = model_params(policy), model_flops_per_core_s(policy)
     for s in steps:
         trained_share = s["tokens_generated_trained"] / max(1, s["tokens_generated_finished"])
@@ -221,7 +229,11 @@ def profile_table(per_kind: Dict[str, float], work_shares: Dict[str, Dict[str, f
         lines.append(f"| {kind} | {detail} | {cpu_s:.1f} |")
     idle = statistics.fmean(s["idle_core_s"] for s in steady)
     floor_cpu = statistics.fmean(s["floor_cpu_s"] for s in steady)
+    generated = statistics.fmean(s["tokens_generated_finished"] for s in steady)
+    dropped = 1 - sum(s["tokens_generated_trained"] for s in steady) / max(1, sum(s["tokens_generated_finished"]
+                                                                             for s in steady))
     lines += [f"| idle (core-seconds) | - | {idle:.1f} |",
+              f"| generated tokens | {dropped:.0%} of them in groups dropped or not trained | {generated:.0f} |",
               f"| **step wall** | median of {len(steady)} steady steps | **{wall_s:.1f} s** |",
               f"| **floor** | tokens x 8 FLOP/param at the model's measured rate + the trained episodes' "
               f"commands and tests; {floor_cpu:.1f} CPU-s | **{floor_s:.1f} s** |"]

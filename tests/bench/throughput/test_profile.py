@@ -16,7 +16,7 @@ def test_profile_cuts_each_step_by_process_kind_beside_its_floor(ray_session, sw
         f"run.dir={tmp_path}", "trainer.total_steps=3", "rollout.drop_uniform_groups=false", "pipeline.rl_tasks=all"])
     result = profile(cfg, repetitions=1, out_dir=tmp_path / "flames")
     steps = result["steps"]
-    assert [s["step"] for s in steps] == [1, 2, 3]
+    assert [s["step"] for s in steps] == [1, 2, 3]  # the steady one: step 3
     rows = [json.loads(line) for line in (tmp_path / "profile" / "rl" / "metrics.jsonl").read_text().splitlines()]
     for step, row in zip(steps, rows):
         assert step["tokens_trained"] == row["tokens_trained"] > 0 and step["wall_s"] > 0

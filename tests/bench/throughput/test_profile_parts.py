@@ -36,6 +36,21 @@ def test_a_grandchild_that_ends_between_samples_is_counted_once_under_its_ancest
     assert 0.55 <= spent <= 1.2, spent  # both burns (plus two interpreters' start), neither twice
 
 
+def test_a_child_and_its_grandchild_ending_together_are_counted_once():
+    """The grandchild is sampled alive, then both end between two samples: what was seen of the
+    grandchild must not come back through the child's children times."""
+    sampler = ProcessSampler(os.getpid())
+    before = sampler.sample().get(commands_of(DRIVER), 0.0)
+    grandchild = BURN.format(s=0.6)
+    script = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {grandchild!r}])\n"
+    child = subprocess.Popen([sys.executable, "-c", script])
+    time.sleep(0.4)
+    sampler.sample()  # the grandchild is alive and part-way through its burn
+    child.wait()
+    spent = sampler.sample().get(commands_of(DRIVER), 0.0) - before
+    assert 0.55 <= spent <= 0.95, spent
+
+
 COLLAPSED = """\
 <module> (a.py:1);train_step (trainer.py:10);_optimizer_step (trainer.py:20);backward (torch/_tensor.py:5) 6
 <module> (a.py:1);train_step (trainer.py:10);sequence_logprobs (trainer.py:30) 3
@@ -72,4 +87,4 @@ def test_steps_are_cut_between_consecutive_samples_and_tabled():
     table = profile_table({"engine servers": 8.0, "trainer": 3.0}, {"trainer": {"trainer backward": 0.7}},
                           [step], wall_s=10.0, floor_s=2.0)
     assert table[2] == "| engine servers | - | 8.0 |" and "trainer backward 70%" in table[3]
-    assert table[-1].endswith("**2.0 s** |")
+    assert table[-1].endswith("**2.0 s** |") and "50% of them" in table[-3]
