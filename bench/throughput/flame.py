@@ -54,8 +54,19 @@ RULES: Sequence[Tuple[str, Callable[[Stack], bool]]] = (
 )
 
 
+# Leaf frames of a thread blocked in C, which py-spy cannot tell from running (Ray's worker loop
+# waits for its next task inside Cython): such samples are waiting, not work, and leave the shares.
+WAITING_LEAVES = ("Worker.main_loop (", "SocketIO.readinto (", "Popen._wait (", "Condition.wait (", "Event.wait (",
+                  "select (selectors", "poll (selectors", "_read_frame (")
+
+
+def waiting(stack: Stack) -> bool:
+    return bool(stack) and stack[-1].startswith(WAITING_LEAVES)
+
+
 def shares(stacks: Counter, rules: Sequence[Tuple[str, Callable[[Stack], bool]]] = RULES) -> Dict[str, float]:
-    """Each kind's share of the samples (summing to 1; empty when there are none)."""
+    """Each kind's share of the working samples (summing to 1; empty when there are none)."""
+    stacks = Counter({stack: n for stack, n in stacks.items() if not waiting(stack)})
     total = sum(stacks.values())
     counts: Counter = Counter()
     for stack, n in stacks.items():
@@ -69,7 +80,9 @@ WIDTH_PX, ROW_PX = 1200, 16
 
 def flame_svg(stacks: Counter, title: str) -> str:
     """An icicle-style flame graph (callers on top), one rectangle per frame, width by samples;
-    hovering a frame shows its name and share (an SVG <title>). No scripts, no network."""
+    hovering a frame shows its name and share (an SVG <title>). No scripts, no network. Waiting
+    samples (`waiting`) are left out, as from the shares."""
+    stacks = Counter({stack: n for stack, n in stacks.items() if not waiting(stack)})
     total = sum(stacks.values())
     tree = _tree(stacks.items())
     rects: List[str] = []
