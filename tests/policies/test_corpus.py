@@ -7,7 +7,7 @@ from policies.corpus import build_corpus
 # sha256 of the corpus built from envs.tasks.micro.corpus_texts(): cached tokenizers (and the sizes
 # LEARNING.md measured) were built from exactly this text. Change it on purpose only, with
 # policies.corpus.CORPUS_VERSION.
-MICRO_CORPUS_SHA256 = "a9637da7f2c1864a4415fc86e1f3d668029a49d8dba554daf0b20beeb572e814"
+MICRO_CORPUS_SHA256 = "8db8dbe8d82071dba64708422303b4f45e7442c27d6dbbcbafb7c31360bf38dd"
 
 
 def _sha256(corpus: list[str]) -> str:
