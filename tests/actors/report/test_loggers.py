@@ -30,6 +30,8 @@ def wandb_records(path: str) -> list:
             pos += room  # a block's tail too short for a header is padding
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if pos + 7 + length > len(data):
+            break  # W&B's service is still writing this record (finished_records waits for the rest)
         pending += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL, LAST
