@@ -21,6 +21,10 @@ class RunConfig:
     # Continue from the newest checkpoint under runs/<name>/checkpoints (also `swerve train --resume`).
     resume: bool = False
     status_interval_s: float = 5.0
+    # The run's PNG plots (actors/report/plots.py) are drawn after the last step and, during the
+    # run, at most this often (0: only at the end): drawing them costs the driver's loop ~1-1.5 s
+    # of CPU, which once per checkpoint was a third of a short step.
+    plot_every_s: float = 300.0
     # Trajectories written to trajectories/*.jsonl per step (a sample, not all).
     trajectories_per_step: int = 8
     # The driver's supervisor (actors/fleet/supervisor.py): when the collector or a trainer shard dies or

@@ -14,14 +14,17 @@ import pytest
 
 from actors.training.sample_collector import COUNTERS
 from bench.resilience.torture import RayHead, wait_until
+from policies.training.checkpoint import latest_checkpoint, read_meta
 
 pytestmark = pytest.mark.slow  # a Ray cluster and `ray job submit`
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 IDENTITY = COUNTERS[1:]  # everything admitted is in exactly one of these
-# Enough steps that the job is still running once it has been watched: then its driver is killed.
-STEPS = 12
+# The first job is given more steps than it can reach while it is watched (its driver is killed
+# first); the resumed job is given its newest checkpoint's step + MORE_STEPS.
+FIRST_JOB_STEPS = 1000
+MORE_STEPS = 2
 
 
 def get_json(url: str, token: str):
@@ -85,9 +88,9 @@ def test_job_is_watched_live_and_resumes_after_its_driver_is_killed(ray_head, tm
     submitted again with --resume: it finishes from its newest checkpoint, nothing trained twice.
     (Three kills at random moments, one mid-save: tests/bench/resilience/test_torture.py, make check.)"""
     run = tmp_path / "live"
-    args = [*common_args(tmp_path, swerve_cache, "live"), f"trainer.total_steps={STEPS}", "trainer.checkpoint_interval=1"]
+    args = [*common_args(tmp_path, swerve_cache, "live"), "trainer.checkpoint_interval=1"]
     job_id = f"swerve-live-{secrets.token_hex(3)}"
-    ray_head.submit(job_id, *args)
+    ray_head.submit(job_id, *args, f"trainer.total_steps={FIRST_JOB_STEPS}")
 
     def live_status():
         out = subprocess.run([str(BIN / "swerve"), "status", "--address", ray_head.gcs, "--json", "run.name=live"],
@@ -104,23 +107,26 @@ def test_job_is_watched_live_and_resumes_after_its_driver_is_killed(ray_head, tm
 
     assert wait_until(prometheus, 180, "ray_swerve_admitted on the Prometheus endpoint", poll_s=2)
     wait_until((run / "checkpoints" / "step-00000001").is_dir, 300, "checkpoint of step 1")
-    assert ray_head.job(job_id)["status"] == "RUNNING", "the job ended before its driver could be killed"
+    assert ray_head.job(job_id)["status"] == "RUNNING", ray_head.logs(job_id)[-3000:]
     ray_head.sigkill_driver(job_id)
     assert ray_head.wait_job(job_id, 120)["status"] in ("FAILED", "STOPPED")
 
+    # The driver is dead: its newest checkpoint is the one the resumed job must continue from.
+    newest = read_meta(latest_checkpoint(str(run / "checkpoints")))["step"]
+    steps = newest + MORE_STEPS
     again = f"swerve-live-resumed-{secrets.token_hex(3)}"
-    ray_head.submit(again, *args, "run.resume=true")
+    ray_head.submit(again, *args, f"trainer.total_steps={steps}", "run.resume=true")
     job = ray_head.wait_job(again, 600)
     assert job["status"] == "SUCCEEDED", ray_head.logs(again)[-3000:]
     logs = ray_head.logs(again)  # the console: a progress line per stage; each step's status is in the run's log
-    assert f"[swerve] live train: {STEPS}/{STEPS} steps" in logs and "[swerve] step 1/" not in logs
-    assert "[swerve] resumed at step " in logs
+    assert f"[swerve] live train: {steps}/{steps} steps" in logs and "[swerve] step 1/" not in logs
+    assert f"[swerve] resumed at step {newest}," in logs
     run_log = (run / "logs" / "console.log").read_text()
-    assert "[swerve] step 1/" in run_log and f"[swerve] step {STEPS}/{STEPS}" in run_log
+    assert "[swerve] step 1/" in run_log and f"[swerve] step {steps}/{steps}" in run_log
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
-    assert [e["event"] for e in events] == ["start", "resume", "done"] and events[1]["step"] >= 1, events
+    assert [e["event"] for e in events] == ["start", "resume", "done"] and events[1]["step"] == newest, events
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["policy_version"] for r in rows] == list(range(1, STEPS + 1)) and all(r["staleness_max"] <= 1 for r in rows)
+    assert [r["policy_version"] for r in rows] == list(range(1, steps + 1)) and all(r["staleness_max"] <= 1 for r in rows)
     accounting = json.loads((run / "accounting.json").read_text())
     assert accounting["admitted"] == sum(accounting[k] for k in IDENTITY)
     trained = []
