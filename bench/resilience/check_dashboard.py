@@ -27,7 +27,7 @@ from pathlib import Path
 from policies.engines.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE_NAMES = ("collector", "engine-0", "engine-1", "trainer-0", "episode-0", "sandbox-")
+ROLE_NAMES = ("collector", "engine-0", "trainer-0", "episode-0", "sandbox-")
 COOKIE = "ray-authentication-token"
 RUN_TIMEOUT_S = 240.0
 # The actors table shows 10 rows a page: set its "Page Size" field (a React input, so through the

@@ -140,7 +140,9 @@ def _group(pgid: int) -> dict[int, str]:
     return found
 
 
-@pytest.mark.slow  # a pipeline in a child process (its own Ray), SIGKILLed during RL and re-run
+# make check (docs/contracts.md): a kill and a resume are test_ray_job's in make test, and the pipeline's
+# RL resuming from its checkpoint is the story's second segment.
+@pytest.mark.check  # a pipeline in a child process (its own Ray), SIGKILLed during RL and re-run
 def test_pipeline_killed_during_rl_resumes_from_its_checkpoint(ray_session, swerve_cache, tmp_path, capsys):
     from policies.training.checkpoint import latest_checkpoint, list_checkpoints
 
