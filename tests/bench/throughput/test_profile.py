@@ -20,7 +20,11 @@ def test_profile_cuts_each_step_by_process_kind_beside_its_floor(ray_session, sw
     rows = [json.loads(line) for line in (tmp_path / "profile" / "rl" / "metrics.jsonl").read_text().splitlines()]
     for step, row in zip(steps, rows):
         assert step["tokens_trained"] == row["tokens_trained"] > 0 and step["wall_s"] > 0
-        assert step["tokens_generated_trained"] <= step["tokens_generated_finished"]
+    # Async: a step may train what finished in the step before it, so only the running sums are ordered.
+    trained = finished = 0
+    for step in steps:
+        trained, finished = trained + step["tokens_generated_trained"], finished + step["tokens_generated_finished"]
+        assert trained <= finished
         # The run's own processes are a share of what the machine was busy with.
         assert 0 < step["run_cpu_s"] <= step["machine_busy_s"] * 1.05 + 0.5
         assert step["floor_wall_s"] > 0
