@@ -124,7 +124,8 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                         f"{len(fleet.episodes)} episode actors -> {run_dir.path}")
             bar = bar or console.progress(f"{cfg.run.name} train", cfg.trainer.total_steps, "steps", done=step)
             watchdog = Watchdog(cfg.deadlines.progress_s, time.monotonic())
-            next_plot_s = time.monotonic() + (cfg.run.plot_every_s or float("inf"))
+            plot_gap_s = cfg.run.plot_every_s or float("inf")  # 0: only after the last step
+            next_plot_s = time.monotonic() + plot_gap_s
             while step < cfg.trainer.total_steps:
                 step += 1
                 t_step = time.perf_counter()
@@ -160,7 +161,7 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                           flush=True)
                 if step >= cfg.trainer.total_steps or time.monotonic() >= next_plot_s:
                     write_plots(run_dir.rows(), run_dir.path)
-                    next_plot_s = time.monotonic() + (cfg.run.plot_every_s or float("inf"))
+                    next_plot_s = time.monotonic() + plot_gap_s
             bar.finish()
             # The trained policy as an HF directory: what `swerve eval` and the engines load.
             fleet.trainers.export_hf(str(run_dir.path / "policy"))
