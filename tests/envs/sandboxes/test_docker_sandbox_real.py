@@ -27,8 +27,12 @@ def test_real_container_lifecycle(docker_image, make_docker_box, task_by_id):
     assert box.exec("cat a.txt").output == "hi"
     timed = box.exec("sleep 100 & sleep 100", timeout_s=1)
     assert timed.timed_out and timed.exit_code == 124
+    # Whether the command's own shell wins a fork against the bomb is a race (bash retries a
+    # refused fork with backoff): the contract is that the command ends by its timeout at the
+    # latest, reported either way, and that nothing of the bomb outlives it.
     bomb = box.exec(":(){ :|:& };:; sleep 2; echo SURVIVED", timeout_s=10)
-    assert "SURVIVED" in bomb.output
+    assert bomb.timed_out or "SURVIVED" in bomb.output
+    assert box.exec("echo alive").output == "alive\n"
     box.reset()
     assert "a.txt" not in box.exec("ls").output
     container = box.container
