@@ -30,6 +30,7 @@ from configs.schema import SFTConfig
 from policies.chat.conversation import neutralize_special_tokens
 from policies.hf_dir import write_hf_dir
 from policies.training.logprobs import sequence_logprobs
+from policies.training.precision import autocast, use_bf16
 from policies.model import load_model
 from policies.tokenizer import load_tokenizer
 
@@ -178,6 +179,8 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
         raise ValueError(f"{data_file}: no trace left to train on ({skipped} unresolved skipped)")
     model = load_model(model_path)
     model.train()
+    device = model.get_input_embeddings().weight.device
+    bf16 = use_bf16(cfg.mixed_precision, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     steps_per_epoch = math.ceil(len(examples) / cfg.batch_size)
@@ -192,7 +195,8 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
     while len(losses) < total:
         for batch in _batches(examples, cfg.batch_size, rng):
             ids, attention, mask = _pad(batch, pad_id)
-            logprobs = sequence_logprobs(model, ids, attention)
+            with autocast(bf16, device):
+                logprobs = sequence_logprobs(model, ids, attention)
             loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1.0)
             optimizer.zero_grad()
             loss.backward()
@@ -215,6 +219,7 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
         "out_dir": os.path.abspath(out_dir), "examples": len(examples), "skipped_unresolved": skipped,
         "steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
         "loss_tokens": sum(sum(e.loss_mask) for e in examples), "time_s": time.perf_counter() - started,
+        "bf16_autocast": bf16,
     }
     with open(os.path.join(out_dir, "sft_summary.json"), "w") as handle:
         json.dump(summary, handle, indent=2)
