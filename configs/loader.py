@@ -207,6 +207,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"config key 'rollout.top_p' is {cfg.rollout.top_p}; allowed: (0, 1]")
     if cfg.rollout.temperature < 0:
         raise ConfigError(f"config key 'rollout.temperature' is {cfg.rollout.temperature}; it must be >= 0")
+    if cfg.trainer.backend == "megatron" and cfg.trainer.mixed_precision != "off":
+        raise ConfigError(f"config key 'trainer.mixed_precision' is {cfg.trainer.mixed_precision!r}, which the torch "
+                          "backend alone reads; the megatron backend computes in trainer.params_dtype "
+                          "(e.g. trainer.params_dtype=bfloat16 trainer.mixed_precision=off)")
     if cfg.env.id == HARNESS_ENV_ID:
         _check_harness_timeouts(cfg)
     for key in ("faults.sandbox_kill_rate", "faults.llm_error_rate", "faults.sandbox_start_fail_rate",

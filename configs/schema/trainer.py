@@ -49,6 +49,11 @@ class TrainerConfig:
     tis_cap: float = 2.0
     # dtype the trainer holds parameters in and computes with: "float32" | "bfloat16" | "float16".
     params_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # torch backend only: matmuls in bf16 under autocast, parameters, gradients and optimizer state
+    # in params_dtype; "auto" where this machine's bf16 matmul measured >= 4x faster than fp32
+    # (policies/training/precision.py). Off unless a recipe asks: bf16 rounding widens the gap
+    # between the trainer's log-probs and the engines' behaviour log-probs (the TIS weight).
+    mixed_precision: MixedPrecision = "off"
     # megatron backend only: tensor / expert model-parallel sizes (each divides num_shards; the
     # data-parallel size is num_shards / tensor_parallel_size).
     tensor_parallel_size: int = 1

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from configs.schema import TrainerConfig
 from policies.device import role_device
 from policies.training.logprobs import sequence_logprobs
+from policies.training.precision import autocast, use_bf16
 from policies.model import load_model
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -34,6 +35,7 @@ class TorchBackend:
         self.model = load_model(model_path, dtype=_DTYPES[cfg.params_dtype])
         self.model.to(role_device())
         self.model.train()
+        self.bf16_autocast = use_bf16(cfg.mixed_precision, self.device)
         self._group = dist.group.WORLD if world_size > 1 else None
 
     @property
@@ -45,7 +47,9 @@ class TorchBackend:
 
     def sequence_logprobs(self, token_ids: torch.Tensor, attention_mask: torch.Tensor,
                           temperature: float) -> torch.Tensor:
-        return sequence_logprobs(self.model, token_ids.to(self.device), attention_mask.to(self.device), temperature)
+        with autocast(self.bf16_autocast, self.device):
+            return sequence_logprobs(self.model, token_ids.to(self.device), attention_mask.to(self.device),
+                                     temperature)
 
     def data_parallel_group(self) -> Optional[dist.ProcessGroup]:
         return self._group

@@ -107,6 +107,12 @@ def test_invalid_values_name_the_fix(override, fix):
         load_config(None, [override])
 
 
+def test_mixed_precision_on_megatron_is_refused_with_its_own_key():
+    with pytest.raises(ConfigError, match=r"trainer\.params_dtype=bfloat16 trainer\.mixed_precision=off"):
+        load_config(None, ["trainer.backend=megatron", "trainer.mixed_precision=auto"])
+    assert load_config(None, ["trainer.backend=megatron"]).trainer.mixed_precision == "off"
+
+
 def test_a_section_set_to_a_value_is_named(tmp_path):
     with pytest.raises(ConfigError, match=r"'engine' is a section, not a value \(3\); set its keys instead, e.g. engine\."):
         load_config(None, ["engine=3"])

@@ -58,3 +58,18 @@ def test_hf_state_dict_round_trip(model_path):
 def test_params_dtype(model_path):
     backend = TorchBackend(TrainerConfig(params_dtype="bfloat16"), model_path, rank=0, world_size=1)
     assert {p.dtype for p in backend.parameters()} == {torch.bfloat16}
+
+
+def test_mixed_precision_keeps_fp32_parameters_and_gradients(model_path, model):
+    backend = TorchBackend(TrainerConfig(mixed_precision="bf16"), model_path, rank=0, world_size=1)
+    assert backend.bf16_autocast and not TorchBackend(TrainerConfig(), model_path, 0, 1).bf16_autocast
+    ids = torch.tensor([[1, 5, 9, 12, 7, 3], [1, 7, 4, 0, 0, 0]])
+    attention = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+    logprobs = backend.sequence_logprobs(ids, attention, 1.0)
+    with torch.no_grad():
+        exact = sequence_logprobs(model, ids, attention, 1.0)
+    gap = (logprobs.detach() - exact).abs().max().item()
+    assert logprobs.dtype == torch.float32 and 0 < gap < 0.1, gap  # computed in bf16, close to fp32
+    logprobs.sum().backward()
+    assert {p.dtype for p in backend.parameters()} == {torch.float32}
+    assert {p.grad.dtype for p in backend.parameters()} == {torch.float32}
