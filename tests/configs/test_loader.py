@@ -13,7 +13,7 @@ def test_defaults_come_from_dataclasses():
 def test_default_yaml_only_overrides_and_loads():
     cfg = load_config("configs/default.yaml")
     assert cfg.env.id == "swerve/SWE-v0"
-    assert cfg.engine.num_engines == 2
+    assert cfg.engine.num_engines == 1 != load_config(None).engine.num_engines  # the YAML's override
 
 
 def test_key_value_overrides_are_typed(tmp_path):
