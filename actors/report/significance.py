@@ -62,6 +62,25 @@ def paired_delta(before: Mapping, after: Mapping, resamples: int = DEFAULT_RESAM
             "same": sum(d == 0 for d in diffs), "resamples": resamples, "seed": seed}
 
 
+def paired_delta_by_family(before: Mapping, after: Mapping, resamples: int = DEFAULT_RESAMPLES,
+                           seed: int = DEFAULT_SEED) -> dict[str, dict]:
+    """family -> paired_delta over that family's tasks (each eval.json row names its family): a
+    stage can gain overall while one family falls, and a family of 20 tasks has its own, wider
+    interval. A family "fell" when its whole interval is below zero (`ci95_high < 0`)."""
+    families: dict[str, set] = {}
+    for row in after["per_task"]:
+        families.setdefault(row.get("family", ""), set()).add(row["task_id"])
+    out = {}
+    for family, ids in sorted(families.items()):
+        if not family:
+            continue  # rows of a task source without families
+        a = {"per_task": [row for row in before["per_task"] if row["task_id"] in ids]}
+        b = {"per_task": [row for row in after["per_task"] if row["task_id"] in ids]}
+        if set(per_task_pass_at_1(a)) & set(per_task_pass_at_1(b)):
+            out[family] = paired_delta(a, b, resamples, seed)
+    return out
+
+
 def stage_interval(report: Mapping, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> dict:
     """One stage's pass@1 with its bootstrap 95% interval over tasks."""
     boot = bootstrap_mean(list(per_task_pass_at_1(report).values()), resamples, seed)

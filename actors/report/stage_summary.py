@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-from actors.report import console
+from actors.report import console, fix_patterns
 from actors.report.run_dir import write_json
-from actors.report.significance import paired_delta, per_task_pass_at_1, stage_interval
+from actors.report.significance import paired_delta, paired_delta_by_family, per_task_pass_at_1, stage_interval
 from configs import Config
 
 
@@ -33,10 +33,17 @@ def summarize(cfg: Config, root: Path, reports: dict[str, dict], rl_points: Sequ
     deltas = {f"{after}_minus_{before}": paired_delta(reports[before], reports[after], seed=seed)
               if set(per_task_pass_at_1(reports[before])) & set(per_task_pass_at_1(reports[after])) else None
               for before, after in zip(stages, stages[1:])}
+    # The same per family: a gain overall can hide a family that fell (off_by_one did in every
+    # pass-rate-admission run of issue 39).
+    by_family = {f"{name}_by_family": paired_delta_by_family(reports[before], reports[after], seed=seed)
+                 for (name, d), (before, after) in zip(deltas.items(), zip(stages, stages[1:])) if d is not None}
     curve = rl_curve(root, cfg, reports, rl_points)
     summary = {
         **{f"{stage}_pass_at_1": report["pass@1"] for stage, report in reports.items()},
         **deltas,
+        **{name: d for name, d in by_family.items() if d},
+        "pass_at_1_by_family": {stage: {family: row["pass@1"] for family, row in report.get("per_family", {}).items()}
+                                for stage, report in reports.items()},
         **({"rl_curve": curve} if curve else {}),
         "pass_at_1_ci95": {stage: [i["ci95_low"], i["ci95_high"]] if i else None for stage, i in intervals.items()},
         "pass_at_k": {stage: report["pass@k"] for stage, report in reports.items()},
@@ -50,7 +57,18 @@ def summarize(cfg: Config, root: Path, reports: dict[str, dict], rl_points: Sequ
     if curve:
         _plot_curve(curve, root / "rl_curve.png")
     console.say(summary_table(summary))
+    _write_fix_patterns(root, stages)
     return summary
+
+
+def _write_fix_patterns(root: Path, stages: Sequence[str]) -> None:
+    """fix_patterns.json and its table when the tasks' issues name their fix (micro tasks)."""
+    by_stage = {stage: fix_patterns.stage_fix_patterns(root / stage) for stage in stages
+                if (root / stage / "attempts.jsonl").is_file() and (root / stage / "eval.json").is_file()}
+    by_stage = {stage: patterns for stage, patterns in by_stage.items() if patterns}
+    if by_stage:
+        write_json(root / "fix_patterns.json", by_stage)
+        console.say(fix_patterns.table(by_stage))
 
 
 def rl_curve(root: Path, cfg: Config, reports: dict[str, dict], rl_points: Sequence[int]) -> list[dict]:
@@ -91,11 +109,32 @@ def summary_table(summary: dict) -> str:
             lines.append(f"{after} - {before}: no task scored in both stages, no delta")
             continue
         lines.append(f"{after} - {before}: {_delta(d)}")
+    lines += _family_table(summary)
     for point in summary.get("rl_curve", []):
         d = point.get("minus_sft")
         lines.append(f"rl at step {point['step']:3}: pass@1 {_pct(point['pass@1'])}"
                      + (f", rl - sft: {_delta(d)}" if d else ""))
     return "\n".join(lines)
+
+
+def _family_table(summary: dict) -> list[str]:
+    """The last stage against the one before it, family by family, and which families fell (their
+    whole interval below zero)."""
+    stages = summary["stages"]
+    if len(stages) < 2 or f"{stages[-1]}_minus_{stages[-2]}_by_family" not in summary:
+        return []
+    before, after = stages[-2], stages[-1]
+    deltas = summary[f"{after}_minus_{before}_by_family"]
+    rates = summary["pass_at_1_by_family"]
+    lines = [f"{'family':12} | {before:>6} | {after:>6} | {after} - {before} [95% CI]"]
+    for family, d in deltas.items():
+        shown = [_pct(rates[stage][family]) if rates[stage].get(family) is not None else "   n/a"
+                 for stage in (before, after)]
+        lines.append(f"{family:12} | {shown[0]} | {shown[1]} | "
+                     f"{100 * d['delta']:+6.1f} [{100 * d['ci95_low']:+.1f}, {100 * d['ci95_high']:+.1f}]")
+    fell = [family for family, d in deltas.items() if d["ci95_high"] < 0]
+    lines.append(f"families that fell ({after} < {before}, whole interval below 0): {', '.join(fell) or 'none'}")
+    return lines
 
 
 def _delta(d: dict) -> str:

@@ -1,6 +1,7 @@
 import pytest
 
-from actors.report.significance import bootstrap_mean, paired_delta, per_task_pass_at_1, stage_interval
+from actors.report.significance import (bootstrap_mean, paired_delta, paired_delta_by_family, per_task_pass_at_1,
+                                        stage_interval)
 
 
 def report(resolved_by_task, n=4):
@@ -50,3 +51,18 @@ def test_bootstrap_percentiles_match_a_hand_computed_case():
     assert interval["pass@1"] == 0.5 and interval["ci95_low"] == 0.0 and interval["ci95_high"] == 1.0
     with pytest.raises(ValueError, match="at least 1"):
         bootstrap_mean([1.0], resamples=0)
+
+
+def test_per_family_deltas_pair_each_family_on_its_own_tasks():
+    def rows(resolved_by_task, n=2):
+        return {"per_task": [{"task_id": t, "family": t[0], "n": n, "resolved": c} for t, c in resolved_by_task.items()]}
+    # Family "a" gains on every task, family "b" loses on every task: overall the two cancel.
+    before = rows({"a1": 0, "a2": 0, "a3": 0, "b1": 2, "b2": 2, "b3": 2})
+    after = rows({"a1": 2, "a2": 2, "a3": 2, "b1": 0, "b2": 0, "b3": 0})
+    assert paired_delta(before, after)["delta"] == 0.0
+    by_family = paired_delta_by_family(before, after)
+    assert set(by_family) == {"a", "b"}
+    assert by_family["a"]["delta"] == 1.0 and by_family["a"]["tasks"] == 3 and by_family["a"]["ci95_low"] == 1.0
+    assert by_family["b"]["delta"] == -1.0 and by_family["b"]["ci95_high"] == -1.0
+    # Rows of a source without families give no per-family delta.
+    assert paired_delta_by_family(report({"t": 1}), report({"t": 2})) == {}

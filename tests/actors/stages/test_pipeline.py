@@ -273,6 +273,24 @@ def test_summary_table_prints_intervals_and_paired_deltas():
     assert " 45.0% [ 35.0%,  55.0%]" in text and "rl - sft: +12.0 points [+6.0, +18.0]" in text
 
 
+def test_summary_table_prints_each_family_and_names_the_ones_that_fell():
+    from actors.report.stage_summary import summary_table
+
+    delta = {"delta": 0.0, "ci95_low": -0.1, "ci95_high": 0.1, "tasks": 40, "better": 5, "worse": 5}
+    summary = {"attempts_per_task": 2, "eval_tasks": 40, "stages": ["sft", "rl"], "sft_pass_at_1": 0.5,
+               "rl_pass_at_1": 0.5, "pass_at_1_ci95": {"sft": [0.4, 0.6], "rl": [0.4, 0.6]},
+               "pass_at_k": {"sft": {}, "rl": {}}, "rl_minus_sft": delta,
+               "rl_minus_sft_by_family": {
+                   "compare": {**delta, "delta": 0.225, "ci95_low": 0.025, "ci95_high": 0.45},
+                   "off_by_one": {**delta, "delta": -0.125, "ci95_low": -0.25, "ci95_high": -0.025}},
+               "pass_at_1_by_family": {"sft": {"compare": 0.7, "off_by_one": 0.2},
+                                       "rl": {"compare": 0.925, "off_by_one": 0.075}}}
+    text = summary_table(summary)
+    assert "compare      |  70.0% |  92.5% |  +22.5 [+2.5, +45.0]" in text
+    assert "off_by_one   |  20.0% |   7.5% |  -12.5 [-25.0, -2.5]" in text
+    assert text.endswith("whole interval below 0): off_by_one")
+
+
 def test_a_stage_with_no_scored_task_is_summarized_not_a_crash(tmp_path):
     from actors.report.stage_summary import summarize
     from configs.schema import Config
