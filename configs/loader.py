@@ -180,6 +180,18 @@ def validate(cfg: Config) -> None:
     for key, value in positive.items():
         if value < 1:
             raise ConfigError(f"config key '{key}' is {value}; it must be at least 1 (e.g. {key}=1)")
+    # Cadences and rates where a negative value has no meaning (0 turns a cadence off).
+    non_negative = {
+        "run.plot_every_s": cfg.run.plot_every_s,
+        "trainer.checkpoint_every_s": cfg.trainer.checkpoint_every_s,
+        "trainer.checkpoint_interval": cfg.trainer.checkpoint_interval,
+        "trainer.lr": cfg.trainer.lr,
+        "trainer.kl_coef": cfg.trainer.kl_coef,
+        "trainer.lr_warmup_steps": cfg.trainer.lr_warmup_steps,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            raise ConfigError(f"config key '{key}' is {value}; it must be >= 0 (e.g. {key}=0)")
     if cfg.rollout.max_staleness < 0:
         raise ConfigError(f"config key 'rollout.max_staleness' is {cfg.rollout.max_staleness}; it must be >= 0 "
                           "(0 trains only on-policy samples, e.g. rollout.max_staleness=1)")

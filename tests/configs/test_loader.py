@@ -99,6 +99,8 @@ def test_wrong_types_name_the_key_the_value_and_the_expected_type(override, mess
 
 @pytest.mark.parametrize("override, fix", [
     ("rollout.max_staleness=-1", "it must be >= 0"),
+    ("run.plot_every_s=-5", "run.plot_every_s=0"),
+    ("trainer.checkpoint_every_s=-1", "trainer.checkpoint_every_s=0"),
     ("engine.num_engines=0", "engine.num_engines=1"),
     ("rollout.max_total_tokens=8", "raise rollout.max_total_tokens or lower rollout.max_tokens_per_turn"),
 ])
