@@ -20,7 +20,7 @@ from typing import Optional, Sequence, Union
 
 from actors.training.batch_stats import batch_stats
 from actors.training.task_picker import make_picker
-from actors.training.task_table import TaskTable
+from actors.training.task_table import TaskTable, kind_of
 from actors.episodes.trajectory import STOP, Batch, TrainSample, Trajectory, WorkItem, WorkSource
 from configs.schema import RolloutConfig
 from envs.outcomes import InfraSource, Outcome
@@ -86,6 +86,9 @@ class SampleCollector(WorkSource):
         # The same for groups admitted at random (task_picker.admitted_at_random): the curriculum
         # prefers tasks near a 1/2 pass rate, so only these measure the policy on the task mix.
         self._random_rewards: deque[float] = deque(maxlen=cfg.pass_rate_window)
+        # kind (family/stratum) -> groups finished, informative (mixed rewards), trained: which kinds
+        # RL learned from (issue 39: the families nothing trained were the ones that fell).
+        self.groups_by_kind: dict[str, dict[str, int]] = {}
 
     # -- admission ---------------------------------------------------------------------
     def _capacity_groups(self) -> int:
@@ -180,10 +183,18 @@ class SampleCollector(WorkSource):
             rewards = [t.reward for t in group.members.values()]
             self._groups_finished += 1
             self._groups_informative += int(len(set(rewards)) > 1)
+            self._tally(group.task, "finished")
+            if len(set(rewards)) > 1:
+                self._tally(group.task, "informative")
             index = self.table.index_of(group.task_id)
             if self.picker.admitted_at_random(index):
                 self._random_rewards.extend(rewards)
             self.picker.observe(index, rewards, self.version)
+
+    def _tally(self, task, field: str) -> None:
+        counts = self.groups_by_kind.setdefault(kind_of(task) or "(no kind)",
+                                                {"finished": 0, "informative": 0, "trained": 0})
+        counts[field] += 1
 
     def _quarantine(self, group: _Group, reason: str) -> None:
         self.quarantined_tasks[group.task_id] = reason
@@ -229,6 +240,7 @@ class SampleCollector(WorkSource):
         samples, kept, stale = [], [], []
         for group in ready[: self.cfg.groups_per_batch]:
             del self._groups[group.group_id]
+            self._tally(group.task, "trained")
             fresh = []
             for traj in group.members.values():
                 if self.version - traj.oldest_version > self.cfg.max_staleness:
@@ -282,6 +294,7 @@ class SampleCollector(WorkSource):
             "quarantined_tasks": dict(self.quarantined_tasks), "rng": self._rng.getstate(),
             "picker": self.picker.snapshot(), "readmitted": self.readmitted,
             "recent_rewards": list(self._recent_rewards), "random_rewards": list(self._random_rewards),
+            "groups_by_kind": {kind: dict(c) for kind, c in self.groups_by_kind.items()},
             "groups": [{"group_id": g.group_id, "task_id": g.task_id, "admitted_version": g.admitted_version,
                         "size": g.size, "dead": g.dead, "members": dict(g.members)} for g in self._groups.values()],
             "pending": [item(w) for w in self._pending],
@@ -305,6 +318,7 @@ class SampleCollector(WorkSource):
         self.picker.restore(state.get("picker") or {"order": state["order"], "cursor": state["cursor"]})
         self._recent_rewards.extend(state.get("recent_rewards", []))
         self._random_rewards.extend(state.get("random_rewards", []))
+        self.groups_by_kind = {kind: dict(c) for kind, c in state.get("groups_by_kind", {}).items()}
         self._trained_keys = {tuple(k) for k in state["trained_keys"]}
         self._groups = {}
         for g in state["groups"]:
@@ -365,4 +379,5 @@ class SampleCollector(WorkSource):
             "groups_admitted": self.groups_admitted,
             "quarantined_tasks": dict(self.quarantined_tasks),
             "admission": self.picker.stats(),
+            "groups_by_kind": {kind: dict(c) for kind, c in sorted(self.groups_by_kind.items())},
         }

@@ -261,3 +261,20 @@ def test_unseen_tasks_of_a_list_are_drawn_by_their_kind(tmp_path, monkeypatch):
         p.observe(i, [1.0, 0.0] if task.family == "operator" else [0.0, 0.0], version=0)
     picks = [tasks[p.pick(version=1, excluded=())].family for _ in range(20)]
     assert Counter(picks)["operator"] >= 8, picks
+
+
+def test_the_books_say_which_kinds_finished_gave_a_gradient_and_were_trained(stream):
+    c, rng = stream_collector(stream), random.Random(1)
+    tasks = [run_stream_group(c, rng) for _ in range(15)]
+    by_kind = c.accounting()["groups_by_kind"]
+    kinds = Counter(f"{t.family}/{t.stratum}" for t in tasks)
+    assert {kind: counts["finished"] for kind, counts in by_kind.items()} == dict(kinds)
+    for kind, counts in by_kind.items():
+        # Only operator (solved half the time) can give a mixed group, and only mixed groups train.
+        assert counts["trained"] == counts["informative"] <= counts["finished"]
+        if not kind.startswith("operator/"):
+            assert counts["informative"] == 0
+    assert sum(counts["trained"] for counts in by_kind.values()) == c.accounting()["trained"] // 4 > 0
+    restored = stream_collector(stream)
+    restored.restore(c.snapshot())
+    assert restored.accounting()["groups_by_kind"] == by_kind
