@@ -163,35 +163,31 @@ def _check_keys(layer, prefix: str = "") -> None:
 
 
 def validate(cfg: Config) -> None:
-    positive = {
-        "engine.num_engines": cfg.engine.num_engines,
-        "engine.max_batch_size": cfg.engine.max_batch_size,
-        "trainer.num_shards": cfg.trainer.num_shards,
-        "trainer.total_steps": cfg.trainer.total_steps,
-        "rollout.num_episode_actors": cfg.rollout.num_episode_actors,
-        "rollout.group_size": cfg.rollout.group_size,
-        "rollout.groups_per_batch": cfg.rollout.groups_per_batch,
-        "rollout.max_turns": cfg.rollout.max_turns,
-        "rollout.max_tokens_per_turn": cfg.rollout.max_tokens_per_turn,
-        "rollout.pass_rate_window": cfg.rollout.pass_rate_window,
-        "trainer.ppo_epochs": cfg.trainer.ppo_epochs,
-        "trainer.minibatches": cfg.trainer.minibatches,
+    # key -> (value, the smallest allowed): counts start at 1; cadences and rates at 0 (a cadence of
+    # 0 is off).
+    lower_bounds = {
+        "engine.num_engines": (cfg.engine.num_engines, 1),
+        "engine.max_batch_size": (cfg.engine.max_batch_size, 1),
+        "trainer.num_shards": (cfg.trainer.num_shards, 1),
+        "trainer.total_steps": (cfg.trainer.total_steps, 1),
+        "rollout.num_episode_actors": (cfg.rollout.num_episode_actors, 1),
+        "rollout.group_size": (cfg.rollout.group_size, 1),
+        "rollout.groups_per_batch": (cfg.rollout.groups_per_batch, 1),
+        "rollout.max_turns": (cfg.rollout.max_turns, 1),
+        "rollout.max_tokens_per_turn": (cfg.rollout.max_tokens_per_turn, 1),
+        "rollout.pass_rate_window": (cfg.rollout.pass_rate_window, 1),
+        "trainer.ppo_epochs": (cfg.trainer.ppo_epochs, 1),
+        "trainer.minibatches": (cfg.trainer.minibatches, 1),
+        "run.plot_every_s": (cfg.run.plot_every_s, 0),
+        "trainer.checkpoint_every_s": (cfg.trainer.checkpoint_every_s, 0),
+        "trainer.checkpoint_interval": (cfg.trainer.checkpoint_interval, 0),
+        "trainer.lr": (cfg.trainer.lr, 0),
+        "trainer.kl_coef": (cfg.trainer.kl_coef, 0),
+        "trainer.lr_warmup_steps": (cfg.trainer.lr_warmup_steps, 0),
     }
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"config key '{key}' is {value}; it must be at least 1 (e.g. {key}=1)")
-    # Cadences and rates where a negative value has no meaning (0 turns a cadence off).
-    non_negative = {
-        "run.plot_every_s": cfg.run.plot_every_s,
-        "trainer.checkpoint_every_s": cfg.trainer.checkpoint_every_s,
-        "trainer.checkpoint_interval": cfg.trainer.checkpoint_interval,
-        "trainer.lr": cfg.trainer.lr,
-        "trainer.kl_coef": cfg.trainer.kl_coef,
-        "trainer.lr_warmup_steps": cfg.trainer.lr_warmup_steps,
-    }
-    for key, value in non_negative.items():
-        if value < 0:
-            raise ConfigError(f"config key '{key}' is {value}; it must be >= 0 (e.g. {key}=0)")
+    for key, (value, minimum) in lower_bounds.items():
+        if value < minimum:
+            raise ConfigError(f"config key '{key}' is {value}; it must be at least {minimum} (e.g. {key}={minimum})")
     if cfg.rollout.max_staleness < 0:
         raise ConfigError(f"config key 'rollout.max_staleness' is {cfg.rollout.max_staleness}; it must be >= 0 "
                           "(0 trains only on-policy samples, e.g. rollout.max_staleness=1)")
