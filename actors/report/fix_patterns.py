@@ -28,20 +28,36 @@ def _shape(text: str) -> str:
     return re.sub(r"\w+", "w", text)
 
 
+def _text(content) -> str:
+    """A message's text: a string, the text parts of a list of parts, or nothing (a reply that is
+    only tool calls has content None)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def _command(message: Mapping) -> str:
+    """What an assistant turn ran: its fenced bash block, or its tool calls' arguments (harness
+    replies); "" when it ran nothing."""
+    block = BASH.search(_text(message.get("content")))
+    calls = [str((call.get("function") or {}).get("arguments", "")) for call in message.get("tool_calls") or []]
+    return "\n".join(([block.group("cmd")] if block else []) + calls)
+
+
 def first_edit_kind(messages: Iterable[Mapping]) -> Optional[str]:
     """One of KINDS for an attempt's conversation, None when its issue names no suspected edit."""
     messages = list(messages)
-    issue = next((m["content"] for m in messages if m["role"] == "user"), "")
+    issue = next((_text(m.get("content")) for m in messages if m["role"] == "user"), "")
     hint = HINT.search(issue)
     if hint is None:
         return None
     for message in messages:
-        if message["role"] != "assistant":
+        command = _command(message) if message["role"] == "assistant" else ""
+        if "sed -i" not in command:
             continue
-        block = BASH.search(message["content"])
-        if block is None or "sed -i" not in block.group("cmd"):
-            continue
-        edit = SED.search(block.group("cmd"))
+        edit = SED.search(command)
         if edit is None:
             return "other edit"
         old, new = edit.group("old"), edit.group("new")

@@ -53,3 +53,13 @@ def test_a_stage_directory_gives_its_table(tmp_path):
     assert patterns == {"off_by_one": {"copies the hint": {"attempts": 1, "resolved": 1}}}
     text = table({"sft": {}, "rl": patterns})
     assert "off_by_one   copies the hint" in text and "  0 (  0) |   1 (  1)" in text
+
+
+def test_harness_replies_with_tool_calls_or_no_content_are_read_not_a_crash():
+    messages = [{"role": "system", "content": None},
+                {"role": "user", "content": [{"type": "text", "text": ISSUE}]},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function",
+                     "function": {"name": "bash", "arguments": "{\"command\": \"sed -i '3s/x - 1)/x)/' mod.py\"}"}}]}]
+    assert first_edit_kind(messages) == "copies the hint"
+    assert first_edit_kind(messages[:2] + [{"role": "assistant", "content": None}]) == "no sed edit"
