@@ -35,8 +35,8 @@ def summarize(cfg: Config, root: Path, reports: dict[str, dict], rl_points: Sequ
               for before, after in zip(stages, stages[1:])}
     # The same per family: a gain overall can hide a family that fell (off_by_one did in every
     # pass-rate-admission run of issue 39).
-    by_family = {f"{name}_by_family": paired_delta_by_family(reports[before], reports[after], seed=seed)
-                 for (name, d), (before, after) in zip(deltas.items(), zip(stages, stages[1:])) if d is not None}
+    by_family = {f"{after}_minus_{before}_by_family": paired_delta_by_family(reports[before], reports[after], seed=seed)
+                 for before, after in zip(stages, stages[1:]) if deltas[f"{after}_minus_{before}"] is not None}
     curve = rl_curve(root, cfg, reports, rl_points)
     summary = {
         **{f"{stage}_pass_at_1": report["pass@1"] for stage, report in reports.items()},

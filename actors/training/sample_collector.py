@@ -182,9 +182,10 @@ class SampleCollector(WorkSource):
         if group.complete:
             rewards = [t.reward for t in group.members.values()]
             self._groups_finished += 1
-            self._groups_informative += int(len(set(rewards)) > 1)
+            informative = len(set(rewards)) > 1
+            self._groups_informative += int(informative)
             self._tally(group.task, "finished")
-            if len(set(rewards)) > 1:
+            if informative:
                 self._tally(group.task, "informative")
             index = self.table.index_of(group.task_id)
             if self.picker.admitted_at_random(index):
