@@ -184,6 +184,7 @@ def validate(cfg: Config) -> None:
         "trainer.lr": (cfg.trainer.lr, 0),
         "trainer.kl_coef": (cfg.trainer.kl_coef, 0),
         "trainer.lr_warmup_steps": (cfg.trainer.lr_warmup_steps, 0),
+        "eval.max_turns": (cfg.eval.max_turns, 0),
     }
     for key, (value, minimum) in lower_bounds.items():
         if value < minimum:

@@ -23,6 +23,7 @@ from actors.training.batch_stats import tamper_rate
 from actors.report.run_dir import write_json, write_jsonl
 from actors.episodes.trajectory import Trajectory
 from configs import Config
+from configs.schema.rollout import RolloutConfig
 from envs.outcomes import Outcome
 
 OUTCOMES = tuple(o.value for o in Outcome)
@@ -179,6 +180,12 @@ def out_dir(cfg: Config) -> Path:
     return path
 
 
+def eval_rollout(cfg: Config) -> RolloutConfig:
+    """What an eval's episodes sample with: the rollout settings at eval.temperature and eval.max_turns."""
+    return dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature,
+                               max_turns=cfg.eval.max_turns or cfg.rollout.max_turns)
+
+
 def evaluate(cfg: Config) -> dict:
     """Run the evaluation described by cfg.eval on local Ray; returns eval.json's content."""
     from actors.fleet.launch import init_ray, kill, launch_eval, namespace, reap_episodes, start_episodes
@@ -197,7 +204,7 @@ def evaluate(cfg: Config) -> dict:
     init_ray(cfg)
     tokenizer_path, model_path = ensure_policy(cfg)
     ns = f"{namespace(cfg)}-eval"  # apart from a training run of the same name
-    rollout = dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature)
+    rollout = eval_rollout(cfg)
     queue = RemoteEvalQueue.options(name="eval-queue", namespace=ns, num_cpus=0).remote(
         tasks, cfg.eval.attempts, cfg.rollout.max_infra_retries, cfg.eval.seed)
     fleet = launch_eval(cfg, model_path, ns, queue, rollout)

@@ -209,8 +209,8 @@ def base_eval_cfg(cfg: Config) -> Config:
         _stage_cfg(cfg, "base", cfg.model.path),
         eval=dataclasses.replace(cfg.eval, out_dir=str(cfg.run.path / "base"),
                                  num_tasks=p.base_eval_tasks or cfg.eval.num_tasks,
-                                 attempts=p.base_eval_attempts or cfg.eval.attempts),
-        rollout=dataclasses.replace(cfg.rollout, max_turns=p.base_max_turns or cfg.rollout.max_turns))
+                                 attempts=p.base_eval_attempts or cfg.eval.attempts,
+                                 max_turns=p.base_max_turns or cfg.eval.max_turns))
 
 
 def rl_cfg(cfg: Config, policy: str, pool: Sequence[str], total_steps: int, resume: bool) -> Config:

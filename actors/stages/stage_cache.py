@@ -53,8 +53,14 @@ FRESH_HINT = "pipeline.fresh=true runs every stage again"
 def stage_config(cfg: Config, stage: str) -> dict[str, Any]:
     """The keys whose values a stage's result depends on."""
     left_out = NOT_FINGERPRINTED + UNREAD_BY_STAGE[stage]
-    return {key: value for key, value in flat_config(cfg).items()
-            if not any(fnmatch.fnmatchcase(key, pattern) for pattern in left_out)}
+    config = {key: value for key, value in flat_config(cfg).items()
+              if not any(fnmatch.fnmatchcase(key, pattern) for pattern in left_out)}
+    if stage != "rl":
+        # An eval reads rollout.max_turns only as eval.max_turns's fallback: the turns it takes
+        # are what count, so shortening the training rollouts keeps base and SFT.
+        del config["rollout.max_turns"]
+        config["eval.max_turns"] = cfg.eval.max_turns or cfg.rollout.max_turns
+    return config
 
 
 def check_stages(stages: Sequence[str]) -> None:

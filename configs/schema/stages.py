@@ -12,6 +12,10 @@ class EvalConfig:
     # Split of tasks.source evaluated ("all": every task of the source).
     split: str = "eval"
     temperature: float = 0.3
+    # Turns an attempt may take (0: rollout.max_turns). Training rollouts can stop sooner than
+    # evals: an episode still unresolved after the turns a fix takes rarely recovers, and its
+    # reward is 0 either way, while the eval measures what the policy does with every turn.
+    max_turns: int = 0
     # Tasks evaluated: a subset stratified by Task.stratum (proportional), 0 = every task.
     num_tasks: int = 0
     # Seeds the stratified subset and the attempts' sampling seeds.
@@ -43,7 +47,7 @@ class PipelineConfig:
     rl_eval_steps: List[int] = field(default_factory=list)
     # The base model's eval (it is untrained: it shows ~0% and runs every attempt to the caps):
     # tasks (a stratified subset; 0: as eval.num_tasks), attempts (0: eval.attempts) and turns
-    # (0: rollout.max_turns). Paired deltas use the tasks both stages share.
+    # (0: as eval.max_turns). Paired deltas use the tasks both stages share.
     base_eval_tasks: int = 0
     base_eval_attempts: int = 0
     base_max_turns: int = 0

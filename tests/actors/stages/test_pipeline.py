@@ -243,6 +243,7 @@ def test_rl_pool_is_the_tasks_sft_never_saw_or_the_stream():
 
 
 def test_the_rl_stage_draws_from_the_stream_and_stops_at_its_eval_points(tmp_path):
+    from actors.stages.evaluate import eval_rollout
     from actors.stages.pipeline import base_eval_cfg, rl_cfg, rl_segments
 
     cfg = _cfg(tmp_path, "tasks.source=micro", "pipeline.rl_tasks=stream", "trainer.total_steps=30",
@@ -254,8 +255,13 @@ def test_the_rl_stage_draws_from_the_stream_and_stops_at_its_eval_points(tmp_pat
     on_pool = rl_cfg(cfg, "sft/policy", ["a"], 30, resume=True)
     assert (on_pool.tasks.split, on_pool.tasks.ids, on_pool.run.resume) == ("train", ["a"], True)
     base = base_eval_cfg(cfg)
-    assert (base.eval.num_tasks, base.eval.attempts, base.rollout.max_turns) == (20, 1, 2)
-    assert (cfg.eval.attempts, cfg.rollout.max_turns) != (1, 2)  # only the base eval is cheaper
+    assert (base.eval.num_tasks, base.eval.attempts, eval_rollout(base).max_turns) == (20, 1, 2)
+    assert (cfg.eval.attempts, eval_rollout(cfg).max_turns) != (1, 2)  # only the base eval is cheaper
+    # Training rollouts may stop sooner than the evals, whose turns eval.max_turns sets.
+    shorter = _cfg(tmp_path, "rollout.max_turns=6", "eval.max_turns=8", "eval.temperature=0.3")
+    assert (eval_rollout(shorter).max_turns, eval_rollout(shorter).temperature) == (8, 0.3)
+    assert rl_cfg(shorter, "sft/policy", [], 10, resume=False).rollout.max_turns == 6
+    assert eval_rollout(_cfg(tmp_path, "rollout.max_turns=6")).max_turns == 6
     with pytest.raises(ValueError, match="rl_eval_steps"):
         rl_segments(_cfg(tmp_path, "trainer.total_steps=30", "pipeline.rl_eval_steps=[30]"))
 

@@ -49,6 +49,13 @@ def test_fingerprints_follow_what_each_stage_reads(tmp_path):
     assert sft_on["base"] == base["base"] and sft_on["sft"] != base["sft"] and sft_on["rl"] != base["rl"]
     everything = stage_fingerprints(_cfg(tmp_path, "eval.attempts=2"))
     assert all(everything[s] != base[s] for s in base)
+    # The evals take eval.max_turns, or rollout.max_turns when it is 0: shorter training rollouts
+    # keep base and SFT; the turns an eval takes, however they are set, decide its fingerprint.
+    evals_at_8 = stage_fingerprints(_cfg(tmp_path, "rollout.max_turns=8"))
+    train_at_6 = stage_fingerprints(_cfg(tmp_path, "rollout.max_turns=6", "eval.max_turns=8"))
+    assert train_at_6["base"] == evals_at_8["base"] and train_at_6["sft"] == evals_at_8["sft"]
+    assert train_at_6["rl"] != evals_at_8["rl"]
+    assert stage_fingerprints(_cfg(tmp_path, "rollout.max_turns=8", "eval.max_turns=6"))["sft"] != evals_at_8["sft"]
     # Without the base stage before it, SFT's chain differs: the stages before a stage are its inputs.
     assert stage_fingerprints(_cfg(tmp_path, "pipeline.stages=[sft,rl]"))["sft"] != base["sft"]
     with pytest.raises(ValueError, match="allowed: base, sft, rl"):
