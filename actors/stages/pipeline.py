@@ -124,8 +124,7 @@ def _sft(story: _Story, plan: StagePlan, record: dict) -> _Trained:
 
     cfg, stage_dir = story.cfg, story.root / plan.stage
     traces = stage_dir / "traces.jsonl"
-    train_tasks = load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids)
-    train_tasks = train_tasks[: cfg.pipeline.trace_tasks or len(train_tasks)]
+    train_tasks = traced_tasks(load_tasks(cfg.tasks.source, cfg.tasks.split, cfg.tasks.ids), cfg)
     story.traced_ids = [t.id for t in train_tasks]
     counts = _expert_traces(story, traces, train_tasks)
     console.say(f"pipeline: {counts['resolved']} expert traces ({counts['with_recovery']} with recovery)")
@@ -138,6 +137,17 @@ def _sft(story: _Story, plan: StagePlan, record: dict) -> _Trained:
     return _Trained(_stage_cfg(cfg, plan.stage, story.policy),
                     {"traces": f"{plan.stage}/traces.jsonl", "policy": f"{plan.stage}/policy"},
                     {"traced_task_ids": story.traced_ids})
+
+
+def traced_tasks(tasks: Sequence, cfg: Config) -> list:
+    """The first pipeline.trace_tasks of the training tasks (0: all of them); asking for more than
+    there are is refused, not quietly cut."""
+    wanted = cfg.pipeline.trace_tasks
+    if wanted > len(tasks):
+        raise ValueError(f"pipeline.trace_tasks is {wanted} but tasks.source={cfg.tasks.source!r} "
+                         f"(split {cfg.tasks.split!r}) has {len(tasks)} tasks: lower pipeline.trace_tasks "
+                         f"(0 traces every task)")
+    return list(tasks[: wanted or len(tasks)])
 
 
 def _expert_traces(story: _Story, traces: Path, tasks: list) -> dict:

@@ -242,6 +242,16 @@ def test_rl_pool_is_the_tasks_sft_never_saw_or_the_stream():
         rl_task_ids(["a"], ["a"], "unseen")
 
 
+def test_traces_come_from_the_first_training_tasks_and_never_from_fewer_than_asked(tmp_path):
+    from actors.stages.pipeline import traced_tasks
+
+    tasks = ["a", "b", "c"]
+    assert traced_tasks(tasks, _cfg(tmp_path, "pipeline.trace_tasks=2")) == ["a", "b"]
+    assert traced_tasks(tasks, _cfg(tmp_path, "pipeline.trace_tasks=0")) == tasks
+    with pytest.raises(ValueError, match="pipeline.trace_tasks is 4 .* has 3 tasks: lower pipeline.trace_tasks"):
+        traced_tasks(tasks, _cfg(tmp_path, "pipeline.trace_tasks=4"))
+
+
 def test_the_rl_stage_draws_from_the_stream_and_stops_at_its_eval_points(tmp_path):
     from actors.stages.evaluate import eval_rollout
     from actors.stages.pipeline import base_eval_cfg, rl_cfg, rl_segments
