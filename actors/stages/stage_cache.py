@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 from actors.report.run_dir import write_json
+from actors.stages.evaluate import eval_rollout
 from configs import Config, flat_config
 
 STAGES = ("base", "sft", "rl")
@@ -59,7 +60,7 @@ def stage_config(cfg: Config, stage: str) -> dict[str, Any]:
         # An eval reads rollout.max_turns only as eval.max_turns's fallback: the turns it takes
         # are what count, so shortening the training rollouts keeps base and SFT.
         del config["rollout.max_turns"]
-        config["eval.max_turns"] = cfg.eval.max_turns or cfg.rollout.max_turns
+        config["eval.max_turns"] = eval_rollout(cfg).max_turns
     return config
 
 
