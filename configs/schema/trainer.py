@@ -13,6 +13,7 @@ TrainerBackend = Literal["torch", "megatron", "sim"]
 LossAggregation = Literal["token_mean", "seq_mean"]
 # Matmuls in bf16 under autocast where it pays (policies/training/precision.py).
 MixedPrecision = Literal["auto", "off", "bf16"]
+LrSchedule = Literal["constant", "cosine"]
 
 
 @dataclass
@@ -86,6 +87,9 @@ class SFTConfig:
     # The HF model directory written (weights, config, tokenizer); use it as model.path.
     out_dir: str = "runs/sft"
     lr: float = 5e-4
+    # "cosine": sft.lr decays to 0 by the last step, so the policy is where the loss settled rather
+    # than wherever a constant rate's last noisy steps left it.
+    lr_schedule: LrSchedule = "constant"
     batch_size: int = 16
     epochs: int = 1
     # Stop after this many optimizer steps (0: run all epochs).

@@ -161,6 +161,15 @@ def _pad(batch: list[Example], pad_id: int) -> tuple[torch.Tensor, torch.Tensor,
     return ids, attention, mask
 
 
+def lr_factor(schedule: str, total_steps: int) -> Callable[[int], float]:
+    """The multiple of sft.lr that step `done` (0-based) trains at."""
+    if schedule == "constant":
+        return lambda done: 1.0
+    if schedule == "cosine":
+        return lambda done: 0.5 * (1.0 + math.cos(math.pi * min(done, total_steps) / total_steps))
+    raise ValueError(f"sft.lr_schedule={schedule!r}; allowed: constant, cosine")
+
+
 def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, cfg: SFTConfig,
             on_step: Optional[Callable[[int, int, float], None]] = None) -> dict:
     """Fine-tune the model at model_path on the traces in data_file; write an HF model
@@ -189,8 +198,10 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
         total = min(total, cfg.max_steps) if cfg.epochs else cfg.max_steps
     if total < 1:
         raise ValueError(f"sft: nothing to run (sft.epochs={cfg.epochs}, sft.max_steps={cfg.max_steps})")
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.lr_schedule, total))
     rng = random.Random(cfg.seed)
     losses: list[float] = []
+    lrs: list[float] = []
     started = time.perf_counter()
     while len(losses) < total:
         for batch in _batches(examples, cfg.batch_size, rng):
@@ -201,7 +212,9 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            lrs.append(optimizer.param_groups[0]["lr"])
             optimizer.step()
+            schedule.step()
             losses.append(loss.item())
             if len(losses) % 10 == 0 or len(losses) == total:
                 print(f"[swerve sft] step {len(losses)}/{total} loss={losses[-1]:.4f}", flush=True)
@@ -218,6 +231,7 @@ def run_sft(model_path: str, tokenizer_path: str, data_file: str, out_dir: str, 
     summary = {
         "out_dir": os.path.abspath(out_dir), "examples": len(examples), "skipped_unresolved": skipped,
         "steps": len(losses), "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
+        "lrs": lrs,
         "loss_tokens": sum(sum(e.loss_mask) for e in examples), "time_s": time.perf_counter() - started,
         "bf16_autocast": bf16,
     }

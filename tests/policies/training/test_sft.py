@@ -114,3 +114,18 @@ def test_token_rows_train_as_recorded(model_path, tokenizer_path, tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"token_ids": [1, 2], "loss_mask": [0]}) + "\n")
     with pytest.raises(ValueError, match="bad.jsonl:1: a token row"):
         read_traces(str(tmp_path / "bad.jsonl"), filter_resolved=False)
+
+
+def test_a_cosine_schedule_decays_the_rate_to_zero_by_the_last_step(model_path, tokenizer_path, tmp_path):
+    data = write_traces(tmp_path / "traces.jsonl")
+    runs = {schedule: run_sft(model_path, tokenizer_path, data, str(tmp_path / schedule),
+                              SFTConfig(lr=1e-3, batch_size=3, epochs=0, max_steps=6, seed=0, lr_schedule=schedule))
+            for schedule in ("constant", "cosine")}
+    assert runs["constant"]["lrs"] == [1e-3] * 6
+    cosine = runs["cosine"]["lrs"]
+    assert cosine[0] == pytest.approx(1e-3) and all(a > b for a, b in zip(cosine, cosine[1:]))
+    assert cosine[-1] < 0.1e-3 and cosine[3] == pytest.approx(0.5e-3)  # half-way down at the middle step
+    assert runs["cosine"]["losses"][0] == runs["constant"]["losses"][0]  # the same first step: only the rate moved
+    with pytest.raises(ValueError, match="sft.lr_schedule='linear'"):
+        run_sft(model_path, tokenizer_path, data, str(tmp_path / "bad"),
+                SFTConfig(batch_size=3, epochs=0, max_steps=2, lr_schedule="linear"))
