@@ -171,8 +171,10 @@ suite-clock:
 test-fast: setup
 	SWERVE_TEST_TIMES=$(TEST_REPORT)/test-fast.json $(PY) -m pytest -q -p no:cacheprovider -m "not slow" tests
 
+# Overrides for the default job: make run ARGS='run.seed=1 trainer.total_steps=16'.
+ARGS ?=
 run: setup
-	$(VENV)/bin/swerve pipeline --config configs/default.yaml
+	$(VENV)/bin/swerve pipeline --config configs/default.yaml $(ARGS)
 
 # A real headless browser shows our roles in Ray's dashboard during a short run; the screenshot
 # is left at runs/check-dashboard/dashboard-actors.png.
