@@ -87,8 +87,8 @@ class SFTConfig:
     # The HF model directory written (weights, config, tokenizer); use it as model.path.
     out_dir: str = "runs/sft"
     lr: float = 5e-4
-    # "cosine": sft.lr decays to 0 by the last step, so the policy is where the loss settled rather
-    # than wherever a constant rate's last noisy steps left it.
+    # "cosine": sft.lr decays to 0 by the last step. At the default's 300 steps it learned half as
+    # much (held-out 14.5% against constant's 44.0%, README): what the rate integrates to decides.
     lr_schedule: LrSchedule = "constant"
     batch_size: int = 16
     epochs: int = 1
