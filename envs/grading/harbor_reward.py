@@ -8,13 +8,16 @@ outcome, never an infra error.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from envs.grading.hostile_json import load_bounded
+
 # A reward file larger than this is not a reward (the grader reads no more of it).
 MAX_REWARD_BYTES = 65536
+# A flat object of numbers is 1 deep; a little room for a verifier's own metadata.
+MAX_REWARD_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -28,14 +31,18 @@ class Reward:
 
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{where}: {value!r} is not a number")
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: {value!r} is not finite")
-    return float(value)
+        raise ValueError(f"{where}: {str(value)[:100]!r} is not a number")
+    try:
+        number = float(value)  # an int past float's range raises here, not at isfinite
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{where}: {str(value)[:100]} is not finite")
+    return number
 
 
 def _from_json(data: bytes, key: str) -> tuple[float, dict]:
-    parsed = json.loads(data.decode("utf-8"))
+    parsed = load_bounded(data, MAX_REWARD_BYTES, MAX_REWARD_DEPTH)
     if not isinstance(parsed, dict):
         value = _number(parsed, "reward.json")
         return value, {key: value}
@@ -63,7 +70,7 @@ def read_reward(files: Mapping[str, Optional[bytes]], key: str) -> Reward:
             else:
                 value = _number(float(data.decode("utf-8").strip()), name)
                 named = {key: value}
-        except (ValueError, UnicodeDecodeError) as error:  # json.JSONDecodeError is a ValueError
+        except (ValueError, UnicodeDecodeError) as error:  # HostileJSONError is a ValueError
             return Reward(0.0, f"{name} is malformed: {error}"[:500], {})
         return Reward(value, "", named)
     return Reward(0.0, f"the verifier wrote no reward file ({' or '.join(files)})", {})

@@ -40,6 +40,26 @@ def test_a_missing_or_malformed_reward_is_the_attempts_zero_with_the_reason(give
     assert reward.value == 0.0 and why in reward.problem
 
 
+# What the tested process can write into /logs/verifier: each is the attempt's 0 with the reason,
+# never a RecursionError, an int-digits ValueError or an OverflowError out of the grader.
+@pytest.mark.parametrize("given, why", [
+    (files(json_text="[" * 30_000 + "]" * 30_000), "nested deeper than 4"),
+    (files(json_text='{"reward": ' + "[" * 20_000 + "1" + "]" * 20_000 + "}"), "nested deeper"),
+    (files(json_text='{"reward": {"a": 1}}'), "not a number"),
+    (files(json_text='{"reward": [1]}'), "not a number"),
+    (files(json_text='{"reward": NaN}'), "not finite"), (files(json_text="Infinity"), "not finite"),
+    (files(json_text='{"reward": 1e999}'), "not finite"),
+    (files(json_text='{"reward": 1' + "0" * 400 + "}"), "not finite"),
+    (files(json_text='{"reward": ' + "9" * 5000 + "}"), "5000 digits"),
+    (files(txt="1e999"), "not finite"), (files(txt="9" * 5000), "not finite"),
+    ({"reward.json": b'{"reward": \xff}', "reward.txt": None}, "not UTF-8"),
+    ({"reward.json": None, "reward.txt": b"\xff\xfe1"}, "malformed"),
+])
+def test_a_hostile_reward_file_is_the_attempts_zero_with_the_reason(given, why):
+    reward = read_reward(given, "reward")
+    assert reward.value == 0.0 and why in reward.problem, reward.problem
+
+
 def _tar(entries) -> bytes:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
