@@ -11,10 +11,18 @@ import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
+from envs.grading.hostile_json import HostileJSONError, load_bounded
 from envs.tasks.task import HiddenCase
 
 RUNNER_SOURCE = (Path(__file__).resolve().parent / "hidden_runner.py").read_text()
 PASSED, FAILED = "PASSED", "FAILED"
+# The results are the runner's, but the agent's code runs in that process and can rewrite them:
+# they are parsed as hostile input. The list of {value: JSON text} is 2 deep; a value may nest as
+# deep as a real return value does, and hold any int Python itself would parse.
+MAX_RESULTS_BYTES = 16 << 20
+RESULTS_MAX_DEPTH = 3
+VALUE_MAX_DEPTH = 200
+VALUE_MAX_INT_DIGITS = 4300
 
 
 def case_label(index: int, case: HiddenCase) -> str:
@@ -46,12 +54,13 @@ def canonical(json_text: str) -> str:
 def compare(cases: Sequence[HiddenCase], results_json: Optional[str]) -> Dict[str, str]:
     """Label -> PASSED, or FAILED with why, for every case. Results that are missing, not a list
     of one entry per case, or not what the runner writes fail every case they cannot vouch for."""
+    why = "no results from the runner"
     try:
-        results = json.loads(results_json) if results_json else None
-    except json.JSONDecodeError:
-        results = None
+        results = load_bounded(results_json, MAX_RESULTS_BYTES, RESULTS_MAX_DEPTH) if results_json else None
+    except HostileJSONError as error:
+        results, why = None, f"the runner's results are malformed: {error}"[:300]
     if not isinstance(results, list) or len(results) != len(cases):
-        return {case_label(i, case): f"{FAILED} (no results from the runner)" for i, case in enumerate(cases)}
+        return {case_label(i, case): f"{FAILED} ({why})" for i, case in enumerate(cases)}
     return {case_label(index, case): _verdict(case, result) for index, (case, result) in enumerate(zip(cases, results))}
 
 
@@ -66,7 +75,8 @@ def _verdict(case: HiddenCase, result: object) -> str:
     if raised != case.raises:
         return f"{FAILED} (returned, expected {case.raises} raised)"
     try:
-        same = canonical(result["value"]) == canonical(case.expected_json)
-    except json.JSONDecodeError:
-        same = False
+        value = load_bounded(result["value"], MAX_RESULTS_BYTES, VALUE_MAX_DEPTH, VALUE_MAX_INT_DIGITS)
+    except HostileJSONError as error:
+        return f"{FAILED} (malformed value: {str(error)[:200]})"
+    same = json.dumps(value, sort_keys=True) == canonical(case.expected_json)
     return PASSED if same else f"{FAILED} (wrong value)"

@@ -3,6 +3,8 @@ JSON values, calls methods on receivers built from plain values, names a raised 
 the name leads back to it; the host compares exact classes and attributes."""
 import json
 
+import pytest
+
 from envs.tasks.builtin.hidden import run_calls
 from envs.tasks.hidden_cases import PASSED as CASE_PASSED
 from envs.tasks.hidden_cases import compare
@@ -121,3 +123,26 @@ def test_compare_needs_the_exact_raised_class_and_its_attributes():
                         ({"value": '{"line": 3}'}, "returned, expected m.Bad raised"),
                         ({"raised": "m.Bad", "error": "AttributeError: no line"}, "AttributeError: no line")]:
         assert compare([raises], json.dumps([result])) == {"hidden#0 m:f": f"FAILED ({why})"}
+
+
+@pytest.mark.parametrize("results_json, why", [
+    ("[" * 100_000 + "]" * 100_000, "the runner's results are malformed: nested deeper than 3 levels"),
+    ("[" + "9" * 5000 + "]", "the runner's results are malformed: an integer of 5000 digits, more than 1000"),
+    ('[{"value": "1"}, {"value": "2"}]', "no results from the runner"),
+    ("{not json", "the runner's results are malformed: not JSON"),
+])
+def test_results_the_agents_code_rewrote_fail_every_case_with_the_reason(results_json, why):
+    verdicts = compare([HiddenCase("m", "f", "[]", "1")], results_json)
+    assert list(verdicts) == ["hidden#0 m:f"] and verdicts["hidden#0 m:f"].startswith(f"FAILED ({why}"), verdicts
+
+
+@pytest.mark.parametrize("value, why", [
+    ("[" * 100_000 + "]" * 100_000, "malformed value: nested deeper than 200 levels"),
+    ("9" * 5000, "malformed value: an integer of 5000 digits, more than 4300"),
+    ("{", "malformed value: not JSON"),
+    ("[[[1]]]", "wrong value"),
+])
+def test_a_hostile_value_fails_its_case_never_raises(value, why):
+    cases = [HiddenCase("m", "f", "[]", "1")]
+    assert compare(cases, json.dumps([{"value": value}]))["hidden#0 m:f"].startswith(f"FAILED ({why}")
+    assert compare(cases, json.dumps([{"value": "1"}])) == {"hidden#0 m:f": CASE_PASSED}
