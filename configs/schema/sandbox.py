@@ -19,11 +19,22 @@ class SandboxConfig:
     memory_mb: int = 2048
     max_processes: int = 256
     max_file_mb: int = 64
+    # Disk one lease's workspace may take on the host (0 = no quota). local: as root with loop
+    # devices the workspace is its own ext4 image of this size (the file system's tables come out
+    # of it), so a write past it fails in the agent's command; elsewhere the lease is measured after
+    # every command and a workspace over it is put back to the task's initial state.
+    # docker: --storage-opt size= where the daemon supports it (overlay2 on xfs with pquota);
+    # e2b: the template fixes the disk, this is not enforced there.
+    disk_mb: int = 512
+    # Size cap of each of the jail's memory-backed scratch mounts (/tmp and /dev/shm; the rest of
+    # /dev is read-only). What is written there is charged to memory_mb too.
+    tmpfs_mb: int = 256
     # Time limit of one agent command (the env passes none of its own); grading has its own
     # limit, env.swe.grade_timeout_s.
     command_timeout_s: float = 20.0
     max_output_bytes: int = 1_000_000
-    # Empty uses the system temporary directory.
+    # Empty uses the system temporary directory (/var/tmp where that one is memory-backed). A
+    # memory-backed root (tmpfs, ramfs) is refused: the agent's files would pin memory_mb.
     workdir_root: str = ""
     # Per-lease cgroup (local backend) holding pids.max=max_processes and a memory limit of
     # memory_mb over all of the lease's processes: as root RLIMIT_NPROC is not enforced, so

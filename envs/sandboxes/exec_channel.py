@@ -93,6 +93,19 @@ class ExecServer:
         except ValueError as error:
             raise ExecServerError(f"exec server replied out of protocol: {fields!r}") from error
 
+    def holds_files_in(self, path: str) -> bool:
+        """Whether the jail's folder `path` (a mount of its own, which the server's scratch check
+        does not enter: /dev/shm) holds anything; read through the server's root from the host.
+        A folder that cannot be read counts as holding something."""
+        servers = _children(self._proc.pid)  # the server is bwrap's only child, the jail's pid 1
+        if len(servers) != 1:
+            return True
+        try:
+            with os.scandir(f"/proc/{servers[0]}/root{path}") as listing:
+                return next(listing, None) is not None
+        except OSError:
+            return True
+
     def stop(self) -> None:
         """End the jail; safe to call twice. Its pid 1 takes every process of the namespace along.
 

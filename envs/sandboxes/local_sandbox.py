@@ -15,13 +15,17 @@ command as a fresh process; a jail a command left dirty (/tmp, /dev, SysV IPC) i
 before the next command, and reset() always starts a fresh one, so grading never shares a
 jail with the agent's commands.
 What the agent leaves (any depth, path length, mode or count) is never walked by this process:
-`rm -rf` (GNU: iterative) deletes it in the background, after reset() moved the workspace
-aside with one rename; close() waits for its lease's deletions (bounded), interpreter exit for
-any left.
+`rm -rf` (GNU: iterative) deletes it in the background (envs/sandboxes/tree_delete.py), after
+reset() moved the workspace aside with one rename; close() waits for its lease's deletions
+(bounded), interpreter exit for any left. A reset that fails discards what it moved aside.
+sandbox.disk_mb bounds a lease's disk (envs/sandboxes/disk_quota.py): its own ext4 loop image where
+this process may mount one (reset then makes a fresh file system), else measured after every
+command. The jail's /tmp and /dev/shm are tmpfs of sandbox.tmpfs_mb each; the rest of /dev is
+read-only.
 """
 from __future__ import annotations
 
-import atexit
+import dataclasses
 import logging
 import os
 import shutil
@@ -29,7 +33,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -39,10 +42,14 @@ from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
 from envs.sandboxes.cgroups import LeaseCgroup
 from envs.sandboxes.exec_channel import JAIL_CODE_DIR, JAIL_CODE_MOUNT, ExecServer, ExecServerError, server_command
 from envs.sandboxes.container_sandbox import scrub_history_script
+from envs.sandboxes.disk_quota import (IMAGE_NAME, LEASE_PREFIX, LoopDisk, lease_root, loop_unavailable_reason,
+                                       measure_bytes, sweep_stale_disks)
 from envs.sandboxes.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
 from envs.outcomes import InfraError, InfraSource
 from envs.sandboxes.process import run_process
 from envs.sandboxes.sandbox import ExecResult
+# Re-exported: callers and tests reach the deleters through this module.
+from envs.sandboxes.tree_delete import CLOSE_WAIT_S, DELETE_WAIT_S, _reap_deleters, discard_tree, wait_for_deleters  # noqa: F401
 from envs.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -56,74 +63,13 @@ _SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32")
 _MIB = 1024 * 1024
 _warned_unisolated = False
 _warned_no_cgroup = False
+_warned_no_loop_disk = False
+# The smallest sandbox.disk_mb an ext4 image holds with room for a workspace.
+MIN_DISK_MB = 8
+# How long measuring a lease's disk (the counted quota) may take before it counts as over.
+MEASURE_TIMEOUT_S = 10.0
 # Joins the cgroups named before "--" (by writing its pid to their cgroup.procs), then execs the rest.
 _JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-# Makes every folder of the tree readable and writable (the agent may have chmod'ed them 000),
-# then deletes it. chmod -R never follows a link met inside the tree; the operand itself is a
-# real folder (checked before). Both are fts-based: no recursion, no PATH_MAX limit.
-_DELETE_TREE = 'chmod -R u+rwx -- "$1" 2>/dev/null; exec rm -rf -- "$1"'
-# Deleters running at once; past that, reset and close wait for the oldest (up to DELETE_WAIT_S).
-_MAX_DELETERS = 8
-DELETE_WAIT_S = 60.0
-# How long close() waits for its lease's files to be gone before it leaves them to finish alone.
-CLOSE_WAIT_S = 30.0
-_deleters: List[subprocess.Popen] = []
-_deleters_lock = threading.Lock()
-
-
-def _reap_deleters(wait_s: float = 0.0, only: Optional[List[subprocess.Popen]] = None) -> List[str]:
-    """Forget finished deleters (logging failed ones), waiting up to wait_s in all for running
-    ones (of `only`, when given); the trees still being deleted after that."""
-    deadline_s = time.monotonic() + wait_s
-    with _deleters_lock:
-        pending = [deleter for deleter in _deleters if only is None or deleter in only]
-    running = []
-    for deleter in pending:
-        try:
-            code = deleter.wait(max(0.0, deadline_s - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            running.append(deleter)
-            continue
-        if code != 0:
-            log.warning("deleting %s exited %d: some of it may remain", deleter.args[-1], code)
-        with _deleters_lock:
-            if deleter in _deleters:  # another thread may have reaped it meanwhile
-                _deleters.remove(deleter)
-    return [deleter.args[-1] for deleter in running]
-
-
-def wait_for_deleters(timeout_s: float = DELETE_WAIT_S) -> List[str]:
-    """Wait up to timeout_s for every background deletion; logs and returns the trees still going."""
-    running = _reap_deleters(timeout_s)
-    if running:
-        log.warning("still deleting after %.0f s (left to finish on their own): %s", timeout_s, running)
-    return running
-
-
-atexit.register(wait_for_deleters)
-
-
-def discard_tree(path: Path) -> Optional[subprocess.Popen]:
-    """Delete what the agent may have made at `path`, in the background (no walk here); the
-    deleter, None when there was nothing to walk."""
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode):
-        os.unlink(path)  # never hand a link to chmod -R, which would follow it
-        return None
-    _reap_deleters()
-    with _deleters_lock:
-        crowded = len(_deleters) >= _MAX_DELETERS
-    if crowded:
-        slow = _reap_deleters(DELETE_WAIT_S)
-        if len(slow) >= _MAX_DELETERS:
-            log.warning("%d deletions still running after %.0f s: %s", len(slow), DELETE_WAIT_S, slow)
-    deleter = subprocess.Popen(["/bin/sh", "-c", _DELETE_TREE, "sh", str(path)], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    with _deleters_lock:
-        _deleters.append(deleter)
-    return deleter
-
-
 def clean_env() -> dict:
     """The whole environment a command sees: nothing of the host's passes through."""
     return {
@@ -148,7 +94,7 @@ def _python_dirs() -> List[str]:
 _JAIL_MOUNTS = (SANDBOX_WORKSPACE, JAIL_CODE_MOUNT, GATEWAY_MOUNT, "/proc", "/dev")
 
 
-def _bwrap_argv(bwrap: str, workspace: str, gateway_dir: str, ro_binds: List[str]) -> List[str]:
+def _bwrap_argv(bwrap: str, workspace: str, gateway_dir: str, ro_binds: List[str], tmpfs_bytes: int) -> List[str]:
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     # The exec server is the namespace's pid 1: no reaper of bwrap's in between.
     argv += ["--die-with-parent", "--as-pid-1", "--hostname", "sandbox"]
@@ -158,8 +104,11 @@ def _bwrap_argv(bwrap: str, workspace: str, gateway_dir: str, ro_binds: List[str
             argv += ["--symlink", os.readlink(host), host]
         elif os.path.isdir(host):
             argv += ["--ro-bind", host, host]
-    # The private /tmp comes before the Python binds: a venv may itself live under /tmp.
-    argv += ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
+    # The private /tmp comes before the Python binds: a venv may itself live under /tmp. The
+    # memory-backed scratch space is bounded: /tmp and /dev/shm by size, the rest of /dev (bwrap's
+    # own tmpfs, unbounded) read-only; device nodes stay usable on a read-only mount.
+    argv += ["--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--dev", "/dev",
+             "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc"]
     for prefix in _python_dirs():
         argv += ["--ro-bind", prefix, prefix]
     for path in ro_binds:
@@ -177,7 +126,15 @@ class LocalSandbox:
             raise ValueError(f"sandbox.isolation={config.isolation!r}; allowed: {list(ISOLATION_MODES)}")
         if config.cgroup not in CGROUP_MODES:
             raise ValueError(f"sandbox.cgroup={config.cgroup!r}; allowed: {list(CGROUP_MODES)}")
+        if config.disk_mb != 0 and config.disk_mb < MIN_DISK_MB:
+            raise ValueError(f"sandbox.disk_mb={config.disk_mb}; it must be 0 (no quota) or at least {MIN_DISK_MB}")
+        if config.tmpfs_mb < 1:
+            raise ValueError(f"sandbox.tmpfs_mb={config.tmpfs_mb}; it must be at least 1 (e.g. sandbox.tmpfs_mb=256)")
         self.config = config
+        self._root = lease_root(config.workdir_root)
+        # Why a lease cannot have its own loop image here (None: it can); then the quota is counted.
+        self._no_loop_disk = loop_unavailable_reason() if config.disk_mb else None
+        self._disk: Optional[LoopDisk] = None
         self._bwrap = shutil.which("bwrap")
         if config.isolation == "bwrap" and self._bwrap is None:
             raise InfraError(
@@ -214,12 +171,13 @@ class LocalSandbox:
         started_s = time.monotonic()
         self.close()
         self._warn_if_unisolated()
-        root = self.config.workdir_root or None
-        self._ro_binds = checked_ro_binds(self.config.ro_binds, _JAIL_MOUNTS, ("/tmp", root or tempfile.gettempdir()))
+        self._ro_binds = checked_ro_binds(self.config.ro_binds, _JAIL_MOUNTS, ("/tmp", self._root))
         try:
-            self._lease_dir = Path(tempfile.mkdtemp(prefix="swerve-lease-", dir=root))
+            # The owner's pid in the name: a later lease sweeps the mounts of an owner that died.
+            self._lease_dir = Path(tempfile.mkdtemp(prefix=f"{LEASE_PREFIX}{os.getpid()}-", dir=self._root))
             self._task = task
             make_gateway_dir(self._lease_dir)
+            self._disk = self._make_disk()
             self._copy_workspace()
         except OSError as error:
             self.close()
@@ -237,8 +195,25 @@ class LocalSandbox:
     def exec(self, command: str, timeout_s: float | None = None) -> ExecResult:
         if timeout_s is None:
             timeout_s = self.config.command_timeout_s
-        if not self.isolated:
-            return self._exec_unjailed(command, timeout_s)
+        result = self._exec_jailed(command, timeout_s) if self.isolated else self._exec_unjailed(command, timeout_s)
+        if self.config.disk_mb and self._disk is None:
+            return self._enforce_counted_quota(result)
+        return result
+
+    def _enforce_counted_quota(self, result: ExecResult) -> ExecResult:
+        """Without a loop image: a workspace over sandbox.disk_mb after a command is put back to the
+        task's initial state before it fills the host further, and the command says so (its exit
+        code made non-zero): the agent's own outcome, its episode goes on."""
+        used_bytes = measure_bytes(self.workspace, MEASURE_TIMEOUT_S)
+        if used_bytes is not None and used_bytes <= self.config.disk_mb * _MIB:
+            return result
+        self.reset()
+        used = f"{used_bytes / _MIB:.0f} MB" if used_bytes is not None else f"more than du measures in {MEASURE_TIMEOUT_S:.0f} s"
+        notice = (f"\n[sandbox] the workspace took {used}, over its quota sandbox.disk_mb={self.config.disk_mb}: "
+                  f"it was put back to the task's initial state")
+        return dataclasses.replace(result, exit_code=result.exit_code or 1, output=result.output + notice)
+
+    def _exec_jailed(self, command: str, timeout_s: float) -> ExecResult:
         try:
             server = self._server or self._start_server()
             fields = server.run(command, timeout_s, self.config.max_output_bytes)
@@ -248,7 +223,8 @@ class LocalSandbox:
         finally:
             if self._cgroup is not None:
                 self._cgroup.kill_all()  # the server killed them all already; this makes sure
-        if not fields.pop("clean"):
+        # /dev/shm is a mount of its own (to bound its size), which the server's check does not enter.
+        if not fields.pop("clean") or server.holds_files_in("/dev/shm"):
             self._stop_server()  # the next command gets a fresh /tmp and /dev
         return ExecResult(**fields, timeout_s=timeout_s)
 
@@ -257,7 +233,8 @@ class LocalSandbox:
                 f"--fsize={self.config.max_file_mb * _MIB}", "--"]
 
     def _start_server(self) -> ExecServer:
-        jail = _bwrap_argv(self._bwrap, str(self.workspace), str(self._lease_dir / "gateway"), self._ro_binds)
+        jail = _bwrap_argv(self._bwrap, str(self.workspace), str(self._lease_dir / "gateway"), self._ro_binds,
+                           self.config.tmpfs_mb * _MIB)
         argv = [*self._limits(), *jail, *server_command(sys.executable, self._bash)]
         if self._jail_cgroup is not None:
             argv = [self._sh, "-c", _JOIN_CGROUP, "sh", *self._jail_cgroup.procs_files, "--", *argv]
@@ -297,6 +274,13 @@ class LocalSandbox:
 
     def reset(self) -> None:
         self._stop_server()  # its jail binds the workspace directory that is replaced here
+        if self._disk is not None:
+            try:
+                self._disk.wipe()
+                self._copy_workspace()
+            except OSError as error:
+                raise InfraError(InfraSource.SANDBOX, f"cannot renew the workspace of {self._task.id}: {error}") from error
+            return
         workspace = self.workspace
         trash = self._lease_dir.with_name(f"{self._lease_dir.name}.trash-{uuid.uuid4().hex[:8]}")
         try:
@@ -310,6 +294,10 @@ class LocalSandbox:
         try:
             self._copy_workspace()
         except OSError as error:
+            # What was moved aside is no longer the lease's: left, it would stay on disk forever
+            # (the partial copy goes with the lease folder when the caller closes it).
+            if trash is not None:
+                self._discard(trash)
             raise InfraError(InfraSource.SANDBOX, f"cannot copy the workspace of {self._task.id}: {error}") from error
         if trash is not None:
             self._discard(trash)
@@ -337,6 +325,13 @@ class LocalSandbox:
             if cgroup is not None:
                 cgroup.remove()
         self._jail_cgroup = self._cgroup = None
+        if self._disk is not None:
+            try:
+                self._disk.remove()
+            except OSError as error:
+                # The lease folder is deleted below regardless (rm crosses into a mount still there).
+                log.error("cannot unmount the workspace image of %s: %s", self._lease_dir, error)
+            self._disk = None
         if self._lease_dir is not None:
             self._discard(self._lease_dir)
         self._lease_dir = None
@@ -369,8 +364,40 @@ class LocalSandbox:
                 log.warning("no per-%s cgroup (%s): %s", role, error, lacking)
             return None
 
+    def _make_disk(self) -> Optional[LoopDisk]:
+        """The lease's own file system of sandbox.disk_mb, mounted at its workspace; None without a
+        quota, or where none can be mounted (then the quota is counted, with one logged warning)."""
+        global _warned_no_loop_disk
+        if not self.config.disk_mb:
+            return None
+        why_not = self._no_loop_disk
+        if why_not is None:
+            sweep_stale_disks()
+            self.workspace.mkdir()
+            try:
+                return LoopDisk.create(self._lease_dir / IMAGE_NAME, self.workspace, self.config.disk_mb)
+            except OSError as error:  # e.g. no free loop device, or a container that may not mount
+                self.workspace.rmdir()
+                why_not = str(error)
+        if not _warned_no_loop_disk:
+            _warned_no_loop_disk = True
+            log.warning("no loop image for sandbox.disk_mb (%s): each lease's disk is measured after every "
+                        "command instead, and one command can write past the quota within its time limit", why_not)
+        return None
+
     def _copy_workspace(self) -> None:
-        shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True)
+        try:
+            # A loop image's workspace is its mount point, there already.
+            shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True, dirs_exist_ok=self._disk is not None)
+        except OSError as error:
+            if self._disk is None:
+                raise
+            raise OSError(f"the task's files may not fit sandbox.disk_mb={self.config.disk_mb} (raise it): "
+                          f"{str(error)[:500]}") from error
+        if self.config.disk_mb and self._disk is None:
+            used_bytes = measure_bytes(self.workspace, MEASURE_TIMEOUT_S)
+            if used_bytes is None or used_bytes > self.config.disk_mb * _MIB:
+                raise OSError(f"the task's files do not fit sandbox.disk_mb={self.config.disk_mb} (raise it)")
         if (self.workspace / ".git").exists():
             # No answer in reach: the copy keeps the files, not the history (the fix may be in it).
             scrub = run_process([self._bash, "-c", scrub_history_script(str(self.workspace))], clean_env(), "/",

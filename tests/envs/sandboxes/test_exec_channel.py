@@ -48,17 +48,25 @@ def test_each_command_starts_from_the_same_cwd_and_environment(jailed):
 
 
 @pytest.mark.parametrize("dirt", ["echo x > /tmp/planted", "mkdir -p /tmp/.local/lib && touch /tmp/.local/lib/x.pth",
-                                  "ln -s /workspace /dev/planted", "rm /dev/stdin && ln -s /workspace/x /dev/stdin",
+                                  "ln -s /workspace /dev/shm/planted", "mkdir -p /dev/shm/a/b && touch /dev/shm/a/b/c",
                                   "ipcmk -M 4096"])
 def test_what_a_command_leaves_in_the_jail_is_gone_for_the_next(jailed, dirt):
     # /tmp is empty but for bwrap's own binds (a venv that lives under /tmp, as in a CI clone there).
-    probe = "ls -A /tmp; readlink /dev/stdin; ls /dev | grep -c planted; ipcs -m | grep -c 0x"
+    probe = "ls -A /tmp; readlink /dev/stdin; ls -A /dev/shm | wc -l; ipcs -m | grep -c 0x"
     before = jailed.exec(probe).output
     assert before.split()[-3:] == ["/proc/self/fd/0", "0", "0"]
     pid = _server_pid(jailed)
     jailed.exec(dirt)
     assert jailed.exec(probe).output == before
     assert _server_pid(jailed) != pid  # a fresh jail: fresh /tmp, /dev and IPC namespace
+
+
+def test_the_jails_dev_is_read_only_but_its_devices_work(jailed):
+    pid = _server_pid(jailed)
+    result = jailed.exec("rm /dev/stdin; ln -s /workspace /dev/planted; echo x > /dev/big; echo ok > /dev/null; echo $?")
+    assert result.output.count("Read-only file system") == 3 and result.output.endswith("0\n"), result.output
+    assert jailed.exec("readlink /dev/stdin; ls /dev | grep -c planted").output.split() == ["/proc/self/fd/0", "0"]
+    assert _server_pid(jailed) == pid  # nothing was left: the jail is kept
 
 
 def test_a_daemon_holding_the_output_open_ends_with_its_command(jailed):

@@ -11,6 +11,7 @@ import pytest
 
 from envs.sandboxes import local_sandbox as local_sandbox_module
 from envs.sandboxes.cgroups import LeaseCgroup
+from envs.sandboxes.disk_quota import loop_unavailable_reason, sweep_stale_disks
 from tests.envs.conftest import needs_bwrap, needs_cgroup
 
 _OWNER = """
@@ -57,6 +58,10 @@ def test_a_jail_left_by_a_killed_owner_is_ended_by_the_next_lease(tmp_path):
         owner.wait(timeout=10)
         LeaseCgroup.create(64 * 2**20, 16).remove()  # any later lease sweeps the dead owner's cgroups
         assert not procs.parent.exists()
+        if loop_unavailable_reason() is None:  # and the dead owner's workspace image, which it had mounted
+            swept = sweep_stale_disks()
+            assert len(swept) == 1 and swept[0].startswith(str(tmp_path)), swept
+            assert local_sandbox_module.wait_for_deleters() == [] and _lease_leftovers(tmp_path) == []
         deadline_s = time.monotonic() + 10
         while pid_alive(straggler) and time.monotonic() < deadline_s:
             time.sleep(0.05)
@@ -83,8 +88,9 @@ def _lease_leftovers(root) -> list:
 
 
 @pytest.mark.slow
-def test_reset_and_close_delete_every_tree_the_agent_can_make(make_sandbox, isolation, task_by_id, tmp_path):
-    box = make_sandbox(isolation=isolation)
+@pytest.mark.parametrize("disk_mb", [0, 64], ids=["moved-aside", "disk-quota"])
+def test_reset_and_close_delete_every_tree_the_agent_can_make(make_sandbox, isolation, task_by_id, tmp_path, disk_mb):
+    box = make_sandbox(isolation=isolation, disk_mb=disk_mb)
     box.start(task_by_id["textkit-001"])
     pristine = sorted(os.listdir(box.workspace))
     for what, command in _LEFTOVERS.items():
@@ -105,7 +111,7 @@ def test_reset_and_close_delete_every_tree_the_agent_can_make(make_sandbox, isol
 
 @pytest.mark.slow
 def test_reset_of_twenty_thousand_files_returns_before_they_are_deleted(make_sandbox, task_by_id, tmp_path):
-    box = make_sandbox(isolation="none")
+    box = make_sandbox(isolation="none", disk_mb=0)  # with a loop image reset makes a fresh file system instead
     box.start(task_by_id["textkit-001"])
     assert box.exec(_LEFTOVERS["20000 files"], timeout_s=120).exit_code == 0
     started_s = time.monotonic()

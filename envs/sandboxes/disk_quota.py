@@ -1,0 +1,194 @@
+"""Per-lease disk quota of the local backend (sandbox.disk_mb), and where a lease's files may live.
+
+Loop image (root, loop devices, mkfs.ext4): a lease's workspace is its own ext4 file system in a
+sparse image file of disk_mb under the lease folder. A write past it fails with ENOSPC in the
+agent's own command (its outcome, never the host's disk); reset makes a fresh file system instead
+of walking what the agent left. A mount needs root, so without one the lease falls back to:
+Counted: after every command the lease folder is measured (`du -sx`, bounded in time) and a
+workspace over the quota is put back to the task's initial state, the agent told why. One command
+can then write past the quota for as long as its time limit lets it; the loop image cannot be
+written past at all.
+A workspace on a memory-backed file system (tmpfs, ramfs) is refused: its files would pin the
+lease's memory limit, and the grader's own commands, run in that limit, would be OOM-killed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from envs.sandboxes.cgroups import pid_alive
+from envs.sandboxes.tree_delete import discard_tree
+
+log = logging.getLogger(__name__)
+
+MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
+# Where a lease's files go when the system temporary directory is memory-backed (FHS: kept on disk).
+DISK_TEMP_DIR = "/var/tmp"
+IMAGE_NAME = "disk.img"
+LEASE_PREFIX = "swerve-lease-"
+_STALE_MOUNT = re.compile(rf"/{LEASE_PREFIX}(\d+)-[^/]*/workspace$")
+# mkfs, mount and umount of a small file system; a umount also writes back what the agent wrote.
+_TOOL_TIMEOUT_S = 120.0
+# Enough inodes for a workspace of many small files (an agent may make 200,000 empty ones), yet
+# never more than one per KiB (ext4's floor): the tables come out of disk_mb.
+_MIN_INODES = 1 << 18
+_BYTES_PER_INODE = 4096
+_MIB = 1024 * 1024
+
+
+def _mounts() -> List[Tuple[str, str]]:
+    """(mount point, file system type) of every mount this process sees, in mount order."""
+    found = []
+    with open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            fields, _, rest = line.partition(" - ")
+            # mountinfo escapes space, tab, newline and backslash as octal.
+            mount_point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields.split()[4])
+            found.append((mount_point, rest.split()[0]))
+    return found
+
+
+def filesystem_type(path: str) -> str:
+    """Type of the file system holding `path` (its longest, latest mount point)."""
+    real = os.path.realpath(path)
+    best, best_type = "", ""
+    for mount_point, kind in _mounts():
+        inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, best_type = mount_point, kind
+    return best_type
+
+
+def sweep_stale_disks() -> List[str]:
+    """Unmount the workspace images of leases whose owner died without closing them (a lease
+    folder is named swerve-lease-<owner pid>-...) and delete those lease folders; the mount
+    points swept."""
+    swept = []
+    for mount_point, _ in _mounts():
+        found = _STALE_MOUNT.search(mount_point)
+        if found is None or pid_alive(int(found.group(1))):
+            continue
+        # Lazy: whatever of the dead owner's still holds a file there cannot keep the sweep waiting.
+        _run(["umount", "--lazy", mount_point])
+        lease_dir = Path(mount_point).parent
+        try:
+            os.unlink(lease_dir / IMAGE_NAME)
+        except FileNotFoundError:
+            pass  # the owner died between unlinking and unmounting
+        discard_tree(lease_dir)
+        swept.append(mount_point)
+    return swept
+
+
+def lease_root(workdir_root: str) -> str:
+    """The folder leases live in: sandbox.workdir_root, else the system temporary directory, else
+    /var/tmp where that one is memory-backed. ValueError naming the fix for a memory-backed root."""
+    if workdir_root:
+        kind = filesystem_type(workdir_root)
+        if kind in MEMORY_FILESYSTEMS:
+            raise ValueError(
+                f"sandbox.workdir_root={workdir_root!r} is on {kind} (memory): the agent's files there pin the "
+                f"lease's memory limit and the grader's own commands are killed for it; set sandbox.workdir_root "
+                f"to a folder on a disk (e.g. {DISK_TEMP_DIR})")
+        return workdir_root
+    system_temp = tempfile.gettempdir()
+    if filesystem_type(system_temp) not in MEMORY_FILESYSTEMS:
+        return system_temp
+    if os.path.isdir(DISK_TEMP_DIR) and filesystem_type(DISK_TEMP_DIR) not in MEMORY_FILESYSTEMS:
+        return DISK_TEMP_DIR
+    raise ValueError(f"the system temporary directory {system_temp} and {DISK_TEMP_DIR} are memory-backed: set "
+                     f"sandbox.workdir_root to a folder on a disk")
+
+
+def loop_unavailable_reason() -> Optional[str]:
+    """None when a lease can mount its own loop image here, else why not."""
+    if os.geteuid() != 0:
+        return "not root (mounting a loop image needs root)"
+    missing = [tool for tool in ("mkfs.ext4", "mount", "umount") if shutil.which(tool) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (e2fsprogs, util-linux)"
+    if not os.path.exists("/dev/loop-control"):
+        return "no loop devices (/dev/loop-control)"
+    return None
+
+
+def _run(argv: list) -> None:
+    """Run a tool of this module; OSError with its output when it fails."""
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=_TOOL_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as error:
+        raise OSError(f"{argv[0]} took over {_TOOL_TIMEOUT_S:.0f} s") from error
+    if done.returncode != 0:
+        raise OSError(f"{' '.join(map(str, argv))} exited {done.returncode}: "
+                      f"{done.stdout.decode('utf-8', errors='replace').strip()[-500:]}")
+
+
+class LoopDisk:
+    """An ext4 file system of size_mb in a sparse image, mounted at mount_point (an empty folder).
+    Create with `LoopDisk.create`; raises OSError when it cannot be made (nothing left behind)."""
+
+    def __init__(self, image: Path, mount_point: Path, size_mb: int):
+        self.image, self.mount_point, self.size_mb = image, mount_point, size_mb
+        self.mounted = False
+
+    @classmethod
+    def create(cls, image: Path, mount_point: Path, size_mb: int) -> "LoopDisk":
+        disk = cls(image, mount_point, size_mb)
+        disk._make()
+        return disk
+
+    def _make(self) -> None:
+        size_bytes = self.size_mb * _MIB
+        inodes = min(max(size_bytes // _BYTES_PER_INODE, _MIN_INODES), size_bytes // 1024)
+        try:
+            with open(self.image, "xb") as handle:
+                handle.truncate(size_bytes)  # sparse: the host pays for what is written, up to size_mb
+            # No journal and no root reserve: a scratch file system thrown away at every reset.
+            _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-O", "^has_journal",
+                  "-E", "nodiscard,lazy_itable_init=1", str(self.image)])
+            _run(["mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", str(self.image), str(self.mount_point)])
+            self.mounted = True
+            os.rmdir(self.mount_point / "lost+found")  # not the task's: the workspace holds only its files
+        except OSError:
+            self.remove()
+            raise
+
+    def wipe(self) -> None:
+        """A fresh, empty file system in place of the used one: nothing the agent left is walked."""
+        self.remove()
+        self._make()
+
+    def remove(self) -> None:
+        """Unmount and delete the image; safe to call twice. A mount still busy (a process that
+        escaped its cgroup holds a file) is detached lazily: its space returns when that process ends."""
+        if self.mounted:
+            try:
+                _run(["umount", str(self.mount_point)])
+            except OSError as error:
+                log.warning("umount %s failed (%s): detaching it lazily", self.mount_point, error)
+                _run(["umount", "--lazy", str(self.mount_point)])
+            self.mounted = False
+        try:
+            os.unlink(self.image)
+        except FileNotFoundError:
+            pass  # never made, or removed before
+
+
+def measure_bytes(path: Path, timeout_s: float) -> Optional[int]:
+    """Bytes under `path` on its own file system (`du -sx`, no walk in this process); None when
+    du cannot tell within timeout_s (a tree too big to measure in time counts as over any quota)."""
+    try:
+        done = subprocess.run(["du", "-sx", "--bytes", str(path)], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    # du exits 1 when some entry was unreadable (the agent chmod'ed it 000): the total is a floor.
+    fields = done.stdout.split()
+    return int(fields[0]) if fields and fields[0].isdigit() else None
