@@ -55,7 +55,14 @@ def parse_action(reply: str) -> Action:
         return Action(FORMAT_ERROR, error="Format error: the ```bash block is empty.")
     if "\x00" in command:
         return Action(FORMAT_ERROR, error="Format error: the command contains a NUL byte.")
-    command_bytes = len(command.encode("utf-8", errors="surrogatepass"))
+    try:
+        # Every backend sends the command as UTF-8 (exec channel, docker, e2b): a lone surrogate
+        # ("\ud800", from a model's reply or a harness) cannot be sent, so it is the agent's error.
+        command_bytes = len(command.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        return Action(FORMAT_ERROR, error=(
+            f"Format error: the command is not valid UTF-8 (a lone surrogate {command[error.start]!r} at "
+            f"character {error.start}); write the character another way."))
     if command_bytes > MAX_COMMAND_BYTES:
         return Action(
             FORMAT_ERROR,

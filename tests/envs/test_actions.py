@@ -1,6 +1,8 @@
 import random
 import string
 
+import pytest
+
 from envs.actions import COMMAND, FORMAT_ERROR, MAX_COMMAND_BYTES, MAX_REPLY_CHARS, SUBMIT, parse_action
 
 
@@ -61,3 +63,12 @@ def test_command_too_long_for_one_exec_argument_is_a_format_error():
 def test_nul_byte_in_the_command_is_a_format_error():
     action = parse_action("```bash\necho \x00\xff\x01garbage\n```")
     assert action.kind == FORMAT_ERROR and "NUL byte" in action.error
+
+
+@pytest.mark.parametrize("surrogate", ["\ud800", "\udfff", "\udc80"])
+def test_a_lone_surrogate_in_the_command_is_a_format_error(surrogate):
+    # No backend can send it as UTF-8; \udc80 would even reach bash as a raw byte unjailed.
+    action = parse_action(f"```bash\necho a{surrogate}b\n```")
+    assert action.kind == FORMAT_ERROR and "not valid UTF-8" in action.error and "character 6" in action.error
+    action.error.encode("utf-8")  # the observation itself can be sent back
+    assert parse_action("```bash\necho \U0001F600\n```").kind == COMMAND  # a paired one is a character

@@ -206,3 +206,16 @@ def test_running_the_tests_and_tools_is_not_tampering(env, task_by_id):
     _, reward, _, _, info = env.step(bash("submit"))
     assert reward == 1.0 and info["tampered"] == {}
     assert "reproduce.py" in info["model_patch"] and ".pytest_cache" not in info["model_patch"]
+
+
+def test_a_command_with_a_lone_surrogate_is_a_format_error_and_the_episode_goes_on(tmp_path, task_by_id):
+    environment = SWEEnv(max_consecutive_format_errors=2, sandbox={"workdir_root": str(tmp_path)})
+    environment.reset(options={"task": task_by_id["textkit-001"]})
+    observation, reward, terminated, _, info = environment.step(bash("echo \ud800 > planted.py"))
+    assert observation.startswith("Format error: the command is not valid UTF-8") and not terminated
+    assert (reward, info["exec_s"]) == (0.0, 0.0) and environment.observation_space.contains(observation)
+    assert environment.step(bash("ls planted.py; echo still-here"))[0].endswith("still-here\n")
+    environment.step(bash("echo \udc80"))
+    _, reward, terminated, _, info = environment.step(bash("echo \ud800"))  # counted: two in a row end it
+    assert (reward, terminated, info["outcome"]) == (0.0, True, "format_error")
+    environment.close()
