@@ -146,3 +146,13 @@ def test_grading_costs_the_same_round_trips_for_one_changed_file_or_many(make_sa
     assert "deleted file mode" in verdict.change.model_patch
     assert sandbox.calls == ["exec", "read_files", "reset", "exec", "read_files", "exec", "write_files",
                              "write_files", "exec"], sandbox.calls
+
+
+def test_a_folder_where_grading_writes_the_test_patch_is_a_clash(task_by_id):
+    """Grading writes .swerve-test.patch into the workspace: the agent's folder there failed that
+    write with IsADirectoryError after the change was laid (an exception out of grading)."""
+    base = task_by_id["textkit-003"]
+    task = dataclasses.replace(base, test_files=(), test_patch="--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-x\n+y\n")
+    found = conflicts(_manifest("mod.py"), [".swerve-test.patch/x/a.txt"], (), task)
+    assert ".swerve-test.patch is a file in the change but a folder in the graded view" in found
+    assert conflicts(_manifest("mod.py"), [".swerve-test.patch/x/a.txt"], (), base) == ""  # no test_patch, no clash
