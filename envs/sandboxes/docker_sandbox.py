@@ -122,19 +122,24 @@ class DockerSandbox:
                  ro_binds: tuple[str, ...] = ()) -> List[str]:
         """The lease container: no network, capped memory (no swap), processes and file size, a
         read-only root file system. Writable: the workspace and its pristine twin (volumes
-        labelled like the container, so nothing of a lease outlives it unnoticed) and /tmp.
+        labelled like the container, so nothing of a lease outlives it unnoticed) and /tmp (a
+        tmpfs of sandbox.tmpfs_mb). sandbox.disk_mb is not enforced here: `--storage-opt size=`
+        (overlay2 on xfs with pquota only) bounds the container's own layer, which is read-only,
+        never the volumes, and the local volume driver has no size.
         Read-only binds: ro_binds at their own paths, gateway_dir at GATEWAY_MOUNT.
         Its init runs as root, so that set-up and reset can chown and restore; the agent's
         commands run as docker_user (exec --user) and, under no-new-privileges, cannot regain
         root through a setuid binary."""
         memory = f"{self.config.memory_mb}m"
+        # tmpfs is memory: bounded apart from the container's limit, as the local jail's /tmp is.
+        tmpfs_size = f"size={self.config.tmpfs_mb}m"
         labels = [f"{OWNER_LABEL}={os.getpid()}", f"{HOST_LABEL}={socket.gethostname()}"]
         argv = [self._docker, "run", "-d", "--name", name, "--network", self.config.docker_network, "--memory", memory,
                 "--memory-swap", memory, "--pids-limit", str(self.config.max_processes), "--init",
                 "--ulimit", f"fsize={self.config.max_file_mb * 1024 * 1024}",
-                "--security-opt", "no-new-privileges", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,exec"]
+                "--security-opt", "no-new-privileges", "--read-only", "--tmpfs", f"/tmp:rw,nosuid,nodev,exec,{tmpfs_size}"]
         for path in scratch_dirs:  # where a Harbor verifier reads its tests and writes its reward
-            argv += ["--tmpfs", f"{path}:rw,nosuid,nodev,mode=1777"]
+            argv += ["--tmpfs", f"{path}:rw,nosuid,nodev,mode=1777,{tmpfs_size}"]
         for label in labels:
             argv += ["--label", label]
         for path in (self.workdir, pristine_path(self.workdir)):

@@ -14,6 +14,10 @@ skips the cloud API and talks to envd at localhost:49983, or at E2B_SANDBOX_URL 
 No gateway route (gateway_dir() is None) and no sandbox.ro_binds: a cloud microVM can neither
 have host folders bound into it nor reach this host's Unix sockets. How an agent harness would
 reach its gateway session from here is written in envs/sandboxes/gateway_route.py.
+
+Disk, memory and CPU are the template's (`e2b template build --cpu-count --memory-mb`, and the
+disk its plan gives): sandbox.disk_mb and sandbox.tmpfs_mb are not enforced here. A full disk
+fills that one microVM, never this host.
 """
 from __future__ import annotations
 

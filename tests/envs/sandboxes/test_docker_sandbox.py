@@ -86,7 +86,7 @@ def test_container_is_started_locked_down_and_removed(fake_docker, make_docker_b
     joined = " ".join(run)
     for flag in ("--network none", "--memory 512m", "--memory-swap 512m", "--pids-limit 128", "--read-only",
                  f"--ulimit fsize={64 * 1024 * 1024}", "--security-opt no-new-privileges",
-                 "--entrypoint sleep python:3.11-slim infinity", "-d"):
+                 "--entrypoint sleep python:3.11-slim infinity", "-d", "--tmpfs /tmp:rw,nosuid,nodev,exec,size=256m"):
         assert flag in joined
     assert "--user" not in run  # the lease's init is root (set-up, reset); the agent's commands are not
     mounts = [run[i + 1] for i, arg in enumerate(run) if arg == "--mount"]

@@ -188,3 +188,11 @@ def test_a_tasks_setup_prepares_a_real_container_for_the_agent_and_the_grader(re
     assert box.exec("cat added.txt").output == "bug\n"
     with pytest.raises(InfraError, match="cannot activate"):
         real_box().start(dataclasses.replace(task_by_id["textkit-001"], setup=("echo cannot activate >&2; false",)))
+
+
+def test_real_containers_tmp_is_capped_by_tmpfs_mb(docker_image, make_docker_box, task_by_id):
+    box = make_docker_box(docker_image=docker_image, container_workdir="/workspace", tmpfs_mb=8)
+    box.start(task_by_id["textkit-001"])
+    result = box.exec("head -c 12M /dev/zero > /tmp/fill.bin")
+    assert result.exit_code != 0 and "No space left on device" in result.output, result.output
+    assert box.exec("echo still > /tmp/ok && cat /tmp/ok").output == "still\n"
