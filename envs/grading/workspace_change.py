@@ -13,12 +13,12 @@ ListingError naming the bound: the agent's outcome, never an infra error.
 """
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Dict, Tuple
 
 from configs.schema import SWEEnvConfig
+from envs.grading.hostile_json import HostileJSONError, load_bounded
 from envs.outcomes import InfraError, InfraSource
 from envs.sandboxes.sandbox import Sandbox
 
@@ -95,6 +95,10 @@ print(json.dumps({"entries": out}, separators=(",", ":")))
 _BOUNDS = {"entries": ("more than {} entries", "listing_max_entries"),
            "depth": ("folders nested deeper than {}", "listing_max_depth"),
            "path": ("a path longer than {} bytes", "max_path_bytes")}
+# {"entries": {path: [kind, value, size]}} is 3 deep. The listing's size is bounded by
+# sandbox.max_output_bytes (a truncated one is a ListingError); this only keeps the parse bounded.
+_LISTING_MAX_DEPTH = 3
+_LISTING_MAX_BYTES = 1 << 30
 
 
 class ListingError(Exception):
@@ -147,16 +151,31 @@ def take_manifest(sandbox: Sandbox, config: SWEEnvConfig) -> Manifest:
     if result.exit_code != 0:
         raise InfraError(InfraSource.GRADER, f"cannot list the workspace (exit {result.exit_code}): "
                          f"{result.output[-500:]}")
+    lines = result.output.strip().splitlines()
     try:
-        raw = json.loads(result.output.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError) as error:
+        raw = load_bounded(lines[-1] if lines else "", _LISTING_MAX_BYTES, _LISTING_MAX_DEPTH)
+    except HostileJSONError as error:
         raise InfraError(InfraSource.GRADER, f"workspace listing is not JSON: {error}") from error
-    if "stop" in raw:
+    return _manifest(raw)
+
+
+def _manifest(raw) -> Manifest:
+    """The listing script's JSON as a Manifest. The script is ours and run isolated, so a shape
+    other than its own is the machinery's failure, said clearly rather than a TypeError."""
+    if isinstance(raw, dict) and isinstance(raw.get("stop"), list) and len(raw["stop"]) == 2 \
+            and raw["stop"][0] in _BOUNDS:
         bound, limit = raw["stop"]
         text, name = _BOUNDS[bound]
         raise ListingError(f"the workspace holds {text.format(limit)} (env.swe.{name})")
+    listed = raw.get("entries") if isinstance(raw, dict) else None
+    if not isinstance(listed, dict):
+        raise InfraError(InfraSource.GRADER, f"workspace listing has no entries: {str(raw)[:300]}")
     entries, sizes = {}, {}
-    for path, (kind, value, *size) in raw["entries"].items():
+    for path, entry in listed.items():
+        if not (isinstance(entry, list) and 2 <= len(entry) <= 3 and all(isinstance(x, str) for x in entry[:2])
+                and all(isinstance(x, int) for x in entry[2:])):
+            raise InfraError(InfraSource.GRADER, f"workspace listing entry {path!r} is malformed: {str(entry)[:200]}")
+        kind, value, *size = entry
         entries[path] = (kind, value)
         if kind == "big":
             sizes[path] = int(value)

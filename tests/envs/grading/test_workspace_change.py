@@ -8,6 +8,8 @@ import pytest
 
 from configs.schema import SWEEnvConfig
 from envs.grading.workspace_change import ListingError, Manifest, diff_manifests, take_manifest
+from envs.outcomes import InfraError
+from envs.sandboxes.sandbox import ExecResult
 from tests.envs.conftest import needs_bwrap
 
 SMALL = SWEEnvConfig(listing_timeout_s=60.0)
@@ -124,3 +126,31 @@ def test_twenty_thousand_files_list_within_the_bounds(box):
     print(f"listing 20000 files: {time.monotonic() - started_s:.2f} s")
     assert sum(path.startswith("flood/") for path in manifest.entries) == 20000
     assert manifest.sizes["flood/20/1000"] == 0
+
+
+class Printing:
+    """A sandbox whose every command prints `output` (what a broken listing would print)."""
+
+    def __init__(self, output):
+        self.output = output
+
+    def exec(self, command, timeout_s=None):
+        return ExecResult(0, self.output, False, 0.0, False, timeout_s or 1.0)
+
+
+@pytest.mark.parametrize("output, why", [
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 3"), ("", "not JSON"), ("{", "not JSON"),
+    ('{"entries": {"a.py": [1, 2]}}', "entry 'a.py' is malformed"), ('{"entries": {"a.py": "f"}}', "malformed"),
+    ('{"entries": []}', "has no entries"), ('{"stop": ["moon", 3]}', "has no entries"),
+    ('{"entries": {"a.py": ["f", "00", ' + "9" * 5000 + "]}}", "an integer of 5000 digits"),
+])
+def test_a_listing_of_another_shape_is_a_clear_infra_error_never_a_raw_exception(output, why):
+    with pytest.raises(InfraError, match=why):
+        take_manifest(Printing(output), SMALL)
+
+
+def test_the_listings_own_shapes_parse():
+    listed = take_manifest(Printing('noise\n{"entries": {"a.py": ["f", "0f", 3], "l": ["l", "a.py"]}}'), SMALL)
+    assert listed.entries == {"a.py": ("f", "0f"), "l": ("l", "a.py")} and listed.sizes == {"a.py": 3}
+    with pytest.raises(ListingError, match="listing_max_depth"):
+        take_manifest(Printing('{"stop": ["depth", 4]}'), SMALL)
