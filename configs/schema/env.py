@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal
 
+GradeIsolation = Literal["suite", "per_test"]
+
 
 @dataclass
 class SWEEnvConfig:
@@ -26,6 +28,10 @@ class SWEEnvConfig:
     # A change to a protected path (envs/grading/protection.py) scores 0 outright; false grades the
     # rest of the change. Either way the attempt records the paths (info["tampered"]).
     tamper_scores_zero: bool = True
+    # How the listed tests run: "suite", one pytest process for all (SWE-bench's way); "per_test",
+    # each in a pytest process of its own, so what one test's code does to pytest cannot reach
+    # another's report (costs a pytest start per test: measured in BENCHMARKS.md).
+    grade_isolation: GradeIsolation = "suite"
     # Bounds on what the agent can leave in its workspace for the system to read (the listing,
     # the change's capture, the graded view). Beyond any of them the attempt is the agent's own
     # outcome: unresolved, with the reason, never an infra error. Entries (files, folders, links)

@@ -193,7 +193,7 @@ def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWE
         return Verdict(resolved=False, change=change)
     try:
         apply_change(sandbox, change)
-        result = _grade(sandbox, task, swe, sandbox_cfg)
+        result = _grade(sandbox, task, swe, sandbox_cfg, tuple(change.written))
     except InfraError as error:
         raise InfraError(InfraSource.GRADER, f"grading {task.id}'s graded view: {error}") from error
     except WorkspaceError as error:
@@ -201,10 +201,11 @@ def grade_on_pristine(sandbox: Sandbox, task: Task, pristine: Manifest, swe: SWE
     return Verdict(resolved=result.resolved, change=change, result=result)
 
 
-def _grade(sandbox: Sandbox, task: Task, swe: SWEEnvConfig, sandbox_cfg: SandboxConfig) -> GradeResult:
+def _grade(sandbox: Sandbox, task: Task, swe: SWEEnvConfig, sandbox_cfg: SandboxConfig,
+           changed: tuple[str, ...] = ()) -> GradeResult:
     if task.harbor is not None:
         return harbor_verifier.verify(sandbox, task, swe, sandbox_cfg)
-    return grade(sandbox, task, swe.grade_timeout_s)
+    return grade(sandbox, task, swe.grade_timeout_s, swe.grade_isolation, changed)
 
 
 def _blame(sandbox: Sandbox, task: Task, swe: SWEEnvConfig, sandbox_cfg: SandboxConfig, error: WorkspaceError) -> str:

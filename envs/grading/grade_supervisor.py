@@ -1,0 +1,139 @@
+"""The grading supervisor: runs a task's pytest command in the sandbox and carries its verdict out.
+
+`python3 -I -S grade_supervisor.py DIR INPUT`, run by the grader's script (envs/grading/reported_run.py)
+as the last process of its command, so the command's output is this process's own. DIR is the
+grader's fresh folder (the plugin is there); INPUT, in the workspace, is a JSON object {"command",
+"plugin" (the report plugin's module name), "tests" (node ids), "changed" (workspace paths the agent
+changed), "per_test", "timeout_s", "shown_bytes", "mark"}; it is read, then deleted.
+
+Why a process of its own: the report must come through a channel the tested code cannot write.
+This process makes itself non-dumpable first (so a process of the same user cannot open
+/proc/<pid>/fd or attach to it), then for each run opens a pipe, hands only its write end to pytest
+(SWERVE_REPORT_FD) and reads the other until every writer is gone. No path names the pipe; the
+plugin closes its end once the report is written; a second writer (a process that kept a copy of
+the descriptor) shows as bytes beyond the one report, and one still holding it after the run as a
+channel left open: both make the run's report untrusted. With per_test, each listed test runs in a
+pytest process of its own, so what one test's code does to pytest cannot reach another's report.
+
+It prints the tail of the runs' output, then the frame "<mark> result", one line of base64 of the
+zlib-compressed JSON {"runs": [{"tests": [...], "exit_code", "timed_out", "report" (the plugin's
+text or null), "channel" ("" or why it cannot be trusted)}]}, and "<mark> end".
+Standard library only, Python 3.6+: it runs on the task's interpreter (a SWE-bench image's).
+"""
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zlib
+
+# A report larger than this is not one the plugin wrote for any real list of tests.
+MAX_REPORT_BYTES = 64 << 20
+# After pytest ended, how long a copy of the pipe's write end may stay open in something it started.
+HOLD_GRACE_S = 2.0
+
+
+def not_dumpable():
+    """PR_SET_DUMPABLE 0: /proc/<pid>/fd and ptrace of this process need root from now on."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except (ImportError, OSError, AttributeError):
+        pass  # an interpreter without ctypes: the pipe is still unnamed, only /proc stays open
+
+
+class PipeReader(threading.Thread):
+    def __init__(self, fd):
+        super().__init__(daemon=True)
+        self.fd, self.chunks, self.size, self.overflow = fd, [], 0, False
+
+    def run(self):
+        while True:
+            block = os.read(self.fd, 1 << 16)
+            if not block:
+                break
+            self.size += len(block)
+            if self.size > MAX_REPORT_BYTES:
+                self.overflow = True
+            else:
+                self.chunks.append(block)
+        os.close(self.fd)
+
+
+def run_pytest(spec, tests, out, deadline_s):
+    """One pytest process over `tests` (a list of node ids): its exit code and what its pipe carried."""
+    tests_file = os.path.join(spec["dir"], "run-tests.txt")
+    with open(tests_file, "w", encoding="utf-8") as handle:
+        handle.write("".join(test + "\n" for test in tests))
+    read_end, write_end = os.pipe()
+    env = dict(os.environ)
+    env.update({"SWERVE_REPORT_FD": str(write_end), "SWERVE_REPORT_TESTS": tests_file,
+                "SWERVE_REPORT_CHANGED": spec["changed"], "PYTHONNOUSERSITE": "1",
+                "PYTHONPATH": spec["dir"] + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
+    command = "exec {} -p {}".format(spec["command"], spec["plugin"])
+    reader = PipeReader(read_end)
+    reader.start()
+    child = subprocess.Popen(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             env=env, pass_fds=(write_end,), start_new_session=True)
+    os.close(write_end)
+    timed_out = False
+    try:
+        code = child.wait(timeout=max(0.1, deadline_s - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(child.pid, signal.SIGKILL)
+        code = child.wait()
+    reader.join(HOLD_GRACE_S)
+    channel = ""
+    if reader.is_alive():
+        channel = "a process the tests started still held the result channel after the run"
+    elif reader.overflow:
+        channel = "the result channel carried more than {} bytes".format(MAX_REPORT_BYTES)
+    text = b"".join(reader.chunks).decode("utf-8", "replace") if not channel and reader.chunks else None
+    return {"tests": tests, "exit_code": code, "timed_out": timed_out, "report": text, "channel": channel}
+
+
+def main():
+    not_dumpable()
+    folder, input_path = sys.argv[1], sys.argv[2]
+    with open(input_path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    try:
+        os.remove(input_path)
+    except OSError:
+        pass  # written by another user (a container backend): it stays, read-only to the tests
+    spec["dir"] = folder
+    spec["changed"] = os.path.join(folder, "changed.txt")
+    with open(spec["changed"], "w", encoding="utf-8") as handle:
+        handle.write("".join(os.path.abspath(path) + "\n" for path in spec.pop("changed_paths")))
+    deadline_s = time.monotonic() + float(spec["timeout_s"])
+    log = os.path.join(folder, "out.log")
+    runs = []
+    with open(log, "wb") as out:
+        if spec["per_test"]:
+            for test in spec["tests"]:
+                if time.monotonic() >= deadline_s:
+                    runs.append({"tests": [test], "exit_code": 124, "timed_out": True, "report": None, "channel": ""})
+                    continue
+                out.write("\n== {} ==\n".format(test).encode("utf-8", "replace"))
+                out.flush()
+                runs.append(run_pytest(spec, [test], out, deadline_s))
+        else:
+            runs.append(run_pytest(spec, spec["tests"], out, deadline_s))
+    with open(log, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(log) - int(spec["shown_bytes"])))
+        shown = handle.read()
+    payload = base64.b64encode(zlib.compress(json.dumps({"runs": runs}).encode("utf-8"))).decode("ascii")
+    shutil.rmtree(folder, ignore_errors=True)
+    sys.stdout.buffer.write(shown)
+    sys.stdout.buffer.write("\n{0} result\n{1}\n{0} end\n".format(spec["mark"], payload).encode("ascii"))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
