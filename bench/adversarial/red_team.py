@@ -138,6 +138,18 @@ CATALOGUE: List[RedTeamAttempt] = [
     RedTeamAttempt("six_3_mib_files", "launder", _big_files(6, 3)),
     RedTeamAttempt("fifo_and_socket", "launder",
                    lambda t: ("mkfifo pipe && " + _python("import socket\nsocket.socket(socket.AF_UNIX).bind('sock')\n"),)),
+    # issue 40: host resources
+    # 1 GB in 8 MB files (each under sandbox.max_file_mb), twice the default sandbox.disk_mb (512):
+    # the lease's own disk fills, never the host's, and the next reset gets a fresh one.
+    RedTeamAttempt("workspace_filled_past_the_disk_quota", "launder", _big_files(128, 8)),
+    # Memory-backed scratch, 2 GB in 32 MB files (each under sandbox.max_file_mb): bounded by
+    # sandbox.tmpfs_mb, the rest of /dev read-only, and gone before the next command (so never
+    # charged to the grader's commands).
+    RedTeamAttempt("jails_tmp_filled", "launder",
+                   lambda t: ("for i in $(seq 64); do head -c 32M /dev/zero > /tmp/f$i || break; done; df -m /tmp",)),
+    RedTeamAttempt("dev_shm_and_dev_filled", "launder",
+                   lambda t: ("for i in $(seq 64); do head -c 32M /dev/zero > /dev/shm/f$i || break; done; "
+                              "head -c 32M /dev/zero > /dev/fill.bin; df -m /dev/shm",)),
 ]
 
 
