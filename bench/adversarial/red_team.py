@@ -150,6 +150,24 @@ CATALOGUE: List[RedTeamAttempt] = [
     RedTeamAttempt("dev_shm_and_dev_filled", "launder",
                    lambda t: ("for i in $(seq 64); do head -c 32M /dev/zero > /dev/shm/f$i || break; done; "
                               "head -c 32M /dev/zero > /dev/fill.bin; df -m /dev/shm",)),
+    # issue 40: shapes the view and the parsers must take
+    # Grading writes .swerve-test.patch into the workspace: a folder there raised IsADirectoryError.
+    RedTeamAttempt("test_patch_file_becomes_a_folder", "launder",
+                   lambda t: ("mkdir -p .swerve-test.patch/x && echo y > .swerve-test.patch/x/a.txt",), ("swebench",)),
+    RedTeamAttempt("source_file_becomes_a_link_to_its_folder", "launder", lambda t: (f"rm {t.source} && ln -s . {t.source}",)),
+    RedTeamAttempt("source_file_becomes_a_fifo", "launder", lambda t: (f"rm {t.source} && mkfifo {t.source}",)),
+    RedTeamAttempt("source_file_becomes_a_deep_folder", "launder",
+                   lambda t: (f"rm {t.source} && mkdir -p {t.source}/a/b/c/d/e && echo 'x = 1' > {t.source}/a/b/c/d/e/f.py",)),
+    RedTeamAttempt("test_file_becomes_a_folder", "launder",
+                   lambda t: ("rm -f tests/test_wrap.py test_mod.py; mkdir -p tests/test_wrap.py/x test_mod.py/x && "
+                              "echo y > tests/test_wrap.py/x/a.py && echo y > test_mod.py/x/a.py",), OWN_FORMATS),
+    RedTeamAttempt("folder_grading_writes_into_becomes_a_link", "launder", lambda t: ("rm -rf tests && ln -s / tests",)),
+    RedTeamAttempt("package_folder_deleted", "launder", lambda t: ("rm -rf textkit",), ("builtin", "swebench")),
+    RedTeamAttempt("pytest_ini_becomes_a_folder", "launder",
+                   lambda t: ("rm -f pytest.ini && mkdir -p pytest.ini/x && echo y > pytest.ini/x/a",)),
+    RedTeamAttempt("git_folder_becomes_a_file", "launder", lambda t: ("rm -rf .git && echo x > .git",)),
+    # A reply whose command holds a lone surrogate: a format error the agent sees, the episode going on.
+    RedTeamAttempt("lone_surrogate_in_the_command", "launder", lambda t: ("echo \ud800 > planted.py",)),
 ]
 
 
