@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from bench.adversarial.grading_cost import grading_cost
 from bench.throughput.async_vs_sync import async_vs_sync
 from bench.throughput.gateway import gateway
 from bench.throughput.multiturn_rollout import multiturn_rollout
@@ -181,6 +182,7 @@ BENCHMARKS: dict[str, Callable[[Config, int], dict]] = {
     "multiturn_rollout": multiturn_rollout,
     "gateway": gateway,
     "profile": profile,
+    "grading": grading_cost,
 }
 # Benchmarks that also write a report of their own next to the table.
 REPORTS: dict[str, Callable[[dict], None]] = {"reliability": _reliability_report}

@@ -133,7 +133,7 @@ def _grade_by_summary(sandbox: Sandbox, task: Task, tests: list[str], timeout_s:
     """A test command that is not one plain pytest call: graded by its exit code and the `-rA`
     summary. The ids come from a file, each its own argument (thousands fit no single one)."""
     sandbox.write_files({IDS_FILE: "".join(f"{test}\n" for test in tests)})
-    result = sandbox.exec(f"mapfile -t _swerve_ids < {IDS_FILE}; rm -f {IDS_FILE}\n"
+    result = sandbox.exec(f"# {GRADING_MARK}summary\nmapfile -t _swerve_ids < {IDS_FILE}; rm -f {IDS_FILE}\n"
                           f'{task.test_command} "${{_swerve_ids[@]}}"', timeout_s=timeout_s)
     # A test run that times out is the agent's doing (e.g. an edit that loops forever), as in
     # SWE-bench: it scores unresolved rather than being excluded as an infra error.

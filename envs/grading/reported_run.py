@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from envs.grading.hostile_json import HostileJSONError, load_bounded
 from envs.sandboxes.sandbox import ExecResult, Sandbox
 from envs.tasks.pytest_summary import MISSING, PASSED
 
@@ -103,31 +104,12 @@ def _frame(output: str, nonce: str) -> tuple[list, str, List[str]]:
         raw = inflater.decompress(base64.b64decode(match.group(1), validate=True), MAX_INFLATED_BYTES)
         if inflater.unconsumed_tail:
             raise ValueError(f"it inflates past {MAX_INFLATED_BYTES} bytes")
-        runs = bounded_json(raw.decode("utf-8"))["runs"]
+        runs = load_bounded(raw, MAX_INFLATED_BYTES, MAX_REPORT_DEPTH)["runs"]
         if not isinstance(runs, list) or not all(isinstance(one, dict) for one in runs):
             raise ValueError("its runs are not a list of objects")
-    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+    except (binascii.Error, zlib.error, ValueError, KeyError, TypeError) as error:  # HostileJSONError too
         return [], shown, [f"the supervisor's frame is unreadable: {error}"]
     return runs, shown, []
-
-
-def bounded_json(text: str, max_chars: int = MAX_INFLATED_BYTES, max_depth: int = MAX_REPORT_DEPTH):
-    """`text` as JSON, refused (ValueError) when longer than max_chars or nested deeper than
-    max_depth: what the sandbox wrote is parsed as hostile input, never past a bound."""
-    if len(text) > max_chars:
-        raise ValueError(f"{len(text)} characters, more than {max_chars}")
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deep to parse") from None
-    level, depth = [value], 0
-    while level:
-        depth += 1
-        if depth > max_depth:
-            raise ValueError(f"nested deeper than {max_depth}")
-        level = [child for item in level if isinstance(item, (list, dict))
-                 for child in (item.values() if isinstance(item, dict) else item)]
-    return value
 
 
 def _judge(one: dict, status: Dict[str, str], problems: List[str]) -> int:
@@ -168,8 +150,8 @@ def _report(text, label: str, problems: List[str]) -> Optional[dict]:
         problems.append(f"{label}: the test run sent no report (it ended before pytest finished its session)")
         return None
     try:
-        report = bounded_json(text)
-    except ValueError as error:  # json.JSONDecodeError is a ValueError
+        report = load_bounded(text, MAX_INFLATED_BYTES, MAX_REPORT_DEPTH)
+    except HostileJSONError as error:
         problems.append(f"{label}: the report is unreadable: {error}")
         return None
     if (not isinstance(report, dict) or not isinstance(report.get("tests"), dict)

@@ -167,8 +167,10 @@ def test_hidden_cases_run_without_the_tests_and_before_them(make_sandbox, tmp_pa
 
 
 @pytest.mark.parametrize("payload,found", [
-    ("[" * 100_000 + "]" * 100_000, "nested too deep"),
-    ('{"runs": [{"tests": [], "exit_code": 0, "report": "' + "[" * 50 + "]" * 50 + '"}]}', "deeper than"),
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than"),
+    ('{"runs": [{"tests": [], "exit_code": 0, "report": "' + "[" * 50 + "]" * 50 + '"}]}', "nested deeper than"),
+    ('{"runs": [{"tests": ["t"], "exit_code": 0, "report": "{\\"tests\\": {}, \\"exitstatus\\": ' + "9" * 5000 + '}"}]}',
+     "digits"),
     ('{"runs": {"a": 1}}', "not a list"),
     ('{"runs": [{"tests": ["t"], "exit_code": 0, "report": "{\\"tests\\": {\\"t\\": [[[], 1, 2]]}}"}]}', "MISSING"),
 ])
