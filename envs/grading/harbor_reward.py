@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from envs.grading.hostile_json import load_bounded
+from envs.tasks.hostile_json import load_bounded
 
 # A reward file larger than this is not a reward (the grader reads no more of it).
 MAX_REWARD_BYTES = 65536

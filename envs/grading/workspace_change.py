@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Tuple
 
 from configs.schema import SWEEnvConfig
-from envs.grading.hostile_json import HostileJSONError, load_bounded
+from envs.tasks.hostile_json import HostileJSONError, load_bounded
 from envs.outcomes import InfraError, InfraSource
 from envs.sandboxes.sandbox import Sandbox
 

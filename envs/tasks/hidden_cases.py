@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from envs.grading.hostile_json import HostileJSONError, load_bounded
+from envs.tasks.hostile_json import HostileJSONError, load_bounded
 from envs.tasks.task import HiddenCase
 
 RUNNER_SOURCE = (Path(__file__).resolve().parent / "hidden_runner.py").read_text()

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from envs.grading.hostile_json import HostileJSONError, load_bounded, nesting_depth
+from envs.tasks.hostile_json import HostileJSONError, load_bounded, nesting_depth
 
 
 @pytest.mark.parametrize("text,value", [
