@@ -16,7 +16,9 @@ JSON-encoded strings), problem_statement (non-empty), and either
     setup.cfg, pyproject.toml); these tasks run in the local sandbox.
 Optional: repo (default: the repo_path directory name or the image name), stratum, split, and
 hidden_cases (our extension, written by `swerve tasks synth`): a list of {"module", "function",
-"args_json", "expected_json"} (or its JSON text), the calls the grader makes beside the tests.
+"args_json", "expected_json"} (or its JSON text), the calls the grader makes beside the tests, each
+optionally with HiddenCase's method, attribute and exception fields (envs/tasks/task.py): init_json,
+steps_json (JSON text), result_attrs (a list of names), objects (a bool), raises ("module.qualname").
 test_command = pytest with `-rA`.
 
 Not supported: SWE-smith's per-repository test commands and log parsers (pytest only), and
@@ -137,6 +139,8 @@ def _image_setup(bug_patch: str) -> tuple:
 
 
 _HIDDEN_KEYS = ("module", "function", "args_json", "expected_json")
+# The method, attribute and exception fields of HiddenCase (envs/tasks/task.py): absent means unset.
+_OPTIONAL_HIDDEN_KEYS = ("init_json", "steps_json", "result_attrs", "objects", "raises")
 
 
 def hidden_cases(row: dict) -> tuple:
@@ -156,28 +160,66 @@ def hidden_cases(row: dict) -> tuple:
     return tuple(_hidden_case(index, entry) for index, entry in enumerate(value))
 
 
+def _dotted(name: str) -> bool:
+    return bool(name) and all(part.isidentifier() for part in name.split("."))
+
+
+def _json_list(text: str, key: str, bad: Callable[[str], RowError]) -> list:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise bad(f"{key} is not JSON: {error}") from None
+    if not isinstance(value, list):
+        raise bad(f"{key} must be a JSON list, got {type(value).__name__}")
+    return value
+
+
 def _hidden_case(index: int, entry) -> HiddenCase:
     def bad(reason: str) -> RowError:
         return RowError("hidden_cases", f"entry {index}: {reason}")
 
-    if not isinstance(entry, dict) or set(entry) != set(_HIDDEN_KEYS):
+    keys = set(entry) if isinstance(entry, dict) else set()
+    if not isinstance(entry, dict) or not set(_HIDDEN_KEYS) <= keys <= set(_HIDDEN_KEYS + _OPTIONAL_HIDDEN_KEYS):
         keys = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-        raise bad(f"expected an object with exactly the keys {', '.join(_HIDDEN_KEYS)}, got {keys}")
-    if not all(isinstance(entry[key], str) for key in _HIDDEN_KEYS):
-        raise bad("every value must be a string")
+        raise bad(f"expected an object with the keys {', '.join(_HIDDEN_KEYS)} and optionally "
+                  f"{', '.join(_OPTIONAL_HIDDEN_KEYS)}, got {keys}")
+    if not all(isinstance(entry.get(key, ""), str) for key in _HIDDEN_KEYS + ("init_json", "steps_json", "raises")):
+        raise bad("every value but result_attrs and objects must be a string")
     module, function = entry["module"], entry["function"]
-    if not module or not all(part.isidentifier() for part in module.split(".")):
+    if not _dotted(module):
         raise bad(f"module {module!r} is not a dotted module name")
-    if not function.isidentifier():
-        raise bad(f"function {function!r} is not an identifier")
+    if not _dotted(function):
+        raise bad(f"function {function!r} is not a dotted name of identifiers")
+    _json_list(entry["args_json"], "args_json", bad)
     try:
-        args = json.loads(entry["args_json"])
         json.loads(entry["expected_json"])
     except json.JSONDecodeError as error:
-        raise bad(f"args_json or expected_json is not JSON: {error}") from None
-    if not isinstance(args, list):
-        raise bad(f"args_json must be a JSON list, got {type(args).__name__}")
-    return HiddenCase(module, function, entry["args_json"], entry["expected_json"])
+        raise bad(f"expected_json is not JSON: {error}") from None
+    init_json, steps_json = entry.get("init_json", ""), entry.get("steps_json", "")
+    if init_json:
+        _json_list(init_json, "init_json", bad)
+        if "." not in function:
+            raise bad(f"init_json needs function to be Class.method, got {function!r}")
+    if steps_json:
+        if not init_json:
+            raise bad("steps_json needs a receiver (init_json)")
+        for step in _json_list(steps_json, "steps_json", bad):
+            if not (isinstance(step, list) and len(step) == 2 and isinstance(step[0], str)
+                    and step[0].isidentifier() and isinstance(step[1], list)):
+                raise bad(f"steps_json entries must be [method name, args list], got {json.dumps(step)[:80]}")
+    attrs = entry.get("result_attrs", [])
+    if hasattr(attrs, "tolist"):
+        attrs = attrs.tolist()
+    if not (isinstance(attrs, list) and all(isinstance(name, str) and name.isidentifier() for name in attrs)):
+        raise bad(f"result_attrs must be a list of attribute names, got {json.dumps(attrs, default=repr)[:80]}")
+    objects = entry.get("objects", False)
+    if not isinstance(objects, bool):
+        raise bad(f"objects must be true or false, got {type(objects).__name__}")
+    raises = entry.get("raises", "")
+    if raises and not (_dotted(raises) and "." in raises):
+        raise bad(f"raises {raises!r} is not a module.qualname of an exception class")
+    return HiddenCase(module, function, entry["args_json"], entry["expected_json"], init_json, steps_json,
+                      tuple(attrs), objects, raises)
 
 
 def row_to_task(row: dict, repos: _Repos, split: str, ids: Sequence[str]) -> Task:
