@@ -74,6 +74,13 @@ def grader_written_paths(task: Task) -> list[str]:
     return list(dict.fromkeys([path for path, _ in task.test_files] + patched_files(task.test_patch)))
 
 
+def scratch_paths(task: Task) -> list[str]:
+    """Workspace files grading writes for its own use (the test_patch before `git apply`, the
+    supervisor's input or the ids file): a folder of the agent's there would fail that write."""
+    return ([TEST_PATCH_FILE] if task.test_patch else []) + [
+        reported_run.INPUT_FILE if reports_per_test(task.test_command) else IDS_FILE]
+
+
 def reports_per_test(command: str) -> bool:
     """Whether the test command is one plain pytest call, so the grader's plugin can report."""
     words = command.split()

@@ -17,7 +17,7 @@ from typing import Dict, Optional
 
 from configs.schema import SandboxConfig, SWEEnvConfig
 from envs.grading import harbor_verifier
-from envs.grading.grader import TEST_PATCH_FILE, GradeResult, grade, grader_written_paths
+from envs.grading.grader import GradeResult, grade, grader_written_paths, scratch_paths
 from envs.outcomes import ActorLost, InfraError, InfraSource, WorkspaceError
 from envs.grading.protection import classify, is_tool_output, local_modules, source_reason
 from envs.sandboxes.sandbox import Sandbox, command_line_chunks
@@ -145,10 +145,9 @@ def conflicts(pristine: Manifest, written: list[str], deleted: tuple[str, ...], 
     gone = set(deleted)
     files = {path for path in pristine.entries if path not in gone} | set(written)
     folders = _folders(files)
-    # The test_patch is written into the workspace before `git apply`: a folder of the agent's
-    # there would fail that write (IsADirectoryError) after the change was laid.
-    scratch = [TEST_PATCH_FILE] if task.test_patch else []
-    for path in [*written, *grader_written_paths(task), *scratch]:
+    # Grading writes its scratch files into the workspace (the test_patch, the supervisor's input):
+    # a folder of the agent's there would fail that write (IsADirectoryError) after the change was laid.
+    for path in [*written, *grader_written_paths(task), *scratch_paths(task)]:
         if path in folders:
             return f"{path} is a file in the change but a folder in the graded view"
         clash = next((parent for parent in _parents(path) if parent in files), None)

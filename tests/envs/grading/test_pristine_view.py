@@ -158,3 +158,16 @@ def test_a_folder_where_grading_writes_the_test_patch_is_a_clash(task_by_id):
     found = conflicts(_manifest("mod.py"), [".swerve-test.patch/x/a.txt"], (), task)
     assert ".swerve-test.patch is a file in the change but a folder in the graded view" in found
     assert conflicts(_manifest("mod.py"), [".swerve-test.patch/x/a.txt"], (), base) == ""  # no test_patch, no clash
+
+
+def test_a_folder_where_grading_writes_its_input_is_a_clash(task_by_id):
+    """The supervisor's input file (or the ids file of a command graded by its summary) is written
+    into the workspace at grading: the agent's folder there is its clash, never an exception."""
+    from envs.grading.grader import IDS_FILE
+    from envs.grading.reported_run import INPUT_FILE
+
+    task = task_by_id["textkit-003"]
+    found = conflicts(_manifest("mod.py"), [f"{INPUT_FILE}/a.txt"], (), task)
+    assert f"{INPUT_FILE} is a file in the change but a folder in the graded view" in found
+    by_summary = dataclasses.replace(task, test_command="bash run_tests.sh")
+    assert IDS_FILE in conflicts(_manifest("mod.py"), [f"{IDS_FILE}/a.txt"], (), by_summary)
