@@ -83,7 +83,15 @@ def _lookup(module_name, path):
     return owner
 
 
+def _code(obj):
+    """The code object behind a function, method, classmethod, staticmethod or property: replacing
+    `__code__` keeps the function object and changes what it runs."""
+    obj = getattr(obj, "fget", None) or getattr(obj, "__func__", None) or obj
+    return getattr(obj, "__code__", None)
+
+
 _SEEN = {(module, path): _lookup(module, path) for module, path in _MACHINERY}
+_SEEN_CODE = {key: _code(obj) for key, obj in _SEEN.items()}
 
 
 def _code_file(function):
@@ -133,7 +141,10 @@ def pytest_collectreport(report):
 def _integrity(session):
     found = []
     for (module, path), original in _SEEN.items():
-        if original is not None and _lookup(module, path) is not original:
+        if original is None:
+            continue
+        now = _lookup(module, path)
+        if now is not original or _code(now) is not _SEEN_CODE[(module, path)]:
             found.append(f"{module}.{path} was replaced during the run")
     manager = session.config.pluginmanager
     multicall = _SEEN[("pluggy._callers", "_multicall")]

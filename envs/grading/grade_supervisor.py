@@ -65,6 +65,34 @@ class PipeReader(threading.Thread):
         os.close(self.fd)
 
 
+# What a pytest process reads at start besides the tests: in per_test, one test's run must not
+# leave any of them for the next (compiled modules too: a planted .pyc beside its source is used).
+CONFIG_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
+                "usercustomize.py"}
+CONFIG_SUFFIXES = (".pth", ".pyc")
+
+
+def config_state(root):
+    """Path -> (mtime ns, size) of every file under `root` a pytest start reads as configuration."""
+    state = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [name for name in dirs if name not in (".git", ".hg")]
+        for name in files:
+            if name in CONFIG_NAMES or name.endswith(CONFIG_SUFFIXES):
+                path = os.path.join(folder, name)
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue  # gone between the listing and the look: a change the next walk shows
+                state[path] = (info.st_mtime_ns, info.st_size)
+    return state
+
+
+def changed_config(before, after):
+    """The configuration files added, removed or rewritten between two states (sorted)."""
+    return sorted(path for path in set(before) | set(after) if before.get(path) != after.get(path))
+
+
 def run_pytest(spec, tests, out, deadline_s):
     """One pytest process over `tests` (a list of node ids): its exit code and what its pipe carried."""
     tests_file = os.path.join(spec["dir"], "run-tests.txt")
@@ -116,9 +144,16 @@ def main():
     runs = []
     with open(log, "wb") as out:
         if spec["per_test"]:
+            start_state = config_state(".")
             for test in spec["tests"]:
                 if time.monotonic() >= deadline_s:
                     runs.append({"tests": [test], "exit_code": 124, "timed_out": True, "report": None, "channel": ""})
+                    continue
+                planted = changed_config(start_state, config_state("."))
+                if planted:
+                    runs.append({"tests": [test], "exit_code": -1, "timed_out": False, "report": None,
+                                 "channel": "an earlier test's run changed test configuration: {}".format(
+                                     ", ".join(planted[:5]))})
                     continue
                 out.write("\n== {} ==\n".format(test).encode("utf-8", "replace"))
                 out.flush()

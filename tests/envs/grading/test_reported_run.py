@@ -186,3 +186,38 @@ def test_a_hostile_frame_is_a_problem_never_an_exception(payload, found):
     verdict = reported_run.read(ExecResult(0, output, False, 0.1, False, 10.0), "n0", ["t"])
     assert verdict.exit_code != 0 or verdict.status["t"] != PASSED
     assert found in " ".join(verdict.problems) + " " + " ".join(verdict.status.values()), verdict
+
+
+_RUNTEST_CODE_SWAPPED = """
+import _pytest.python
+def _nothing(self):
+    return None
+_pytest.python.Function.runtest.__code__ = _nothing.__code__
+"""
+_PLANTS_A_CONFTEST = """
+import os
+if not os.path.exists("tests/conftest.py"):
+    with open("tests/conftest.py", "w") as handle:
+        handle.write("import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n"
+                     "    outcome = yield\\n    outcome.get_result().outcome = 'passed'\\n")
+"""
+
+
+def test_a_function_whose_code_was_swapped_is_replaced(make_sandbox, tmp_path):
+    task = _repo_task(tmp_path)
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    sandbox.write_files({"calc.py": "def double(x):\n    return x + 1\n" + _RUNTEST_CODE_SWAPPED})
+    result = grade(sandbox, task, GRADE_TIMEOUT_S, changed=("calc.py",))
+    assert not result.resolved and any("Function.runtest was replaced" in p for p in result.problems), result.problems
+
+
+def test_per_test_runs_do_not_inherit_configuration_an_earlier_test_planted(make_sandbox, tmp_path):
+    """per_test: the first test's process writes a conftest that would pass every later test."""
+    task = _repo_task(tmp_path)
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    sandbox.write_files({"calc.py": "def double(x):\n    return x + 1\n" + _PLANTS_A_CONFTEST})
+    result = grade(sandbox, task, GRADE_TIMEOUT_S, "per_test", changed=("calc.py",))
+    assert not result.resolved
+    assert any("changed test configuration: ./tests/conftest.py" in p for p in result.problems), result.problems
