@@ -30,9 +30,15 @@ log = logging.getLogger(__name__)
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
 # Where a lease's files go when the system temporary directory is memory-backed (FHS: kept on disk).
 DISK_TEMP_DIR = "/var/tmp"
-IMAGE_NAME = "disk.img"
 LEASE_PREFIX = "swerve-lease-"
-_STALE_MOUNT = re.compile(rf"/{LEASE_PREFIX}(\d+)-[^/]*/workspace$")
+_LEASE_MOUNT = re.compile(rf"/{LEASE_PREFIX}[^/]*/workspace$")
+# The image is named after its owner's pid, so that a later lease knows when the owner is gone
+# (the lease folder's name stays short: a gateway socket's path lives under it).
+_IMAGE_NAME = re.compile(r"disk-(\d+)\.img")
+
+
+def image_name(owner_pid: int) -> str:
+    return f"disk-{owner_pid}.img"
 # mkfs, mount and umount of a small file system; a umount also writes back what the agent wrote.
 _TOOL_TIMEOUT_S = 120.0
 # Enough inodes for a workspace of many small files (an agent may make 200,000 empty ones), yet
@@ -66,22 +72,22 @@ def filesystem_type(path: str) -> str:
 
 
 def sweep_stale_disks() -> List[str]:
-    """Unmount the workspace images of leases whose owner died without closing them (a lease
-    folder is named swerve-lease-<owner pid>-...) and delete those lease folders; the mount
-    points swept."""
+    """Unmount the workspace images of leases whose owner died without closing them (the image
+    names its owner's pid) and delete those lease folders; the mount points swept."""
     swept = []
     for mount_point, _ in _mounts():
-        found = _STALE_MOUNT.search(mount_point)
-        if found is None or pid_alive(int(found.group(1))):
+        if _LEASE_MOUNT.search(mount_point) is None:
+            continue
+        lease_dir = Path(mount_point).parent
+        try:
+            owners = [found for found in map(_IMAGE_NAME.fullmatch, os.listdir(lease_dir)) if found]
+        except FileNotFoundError:
+            continue  # closed meanwhile by its owner
+        if not owners or any(pid_alive(int(found.group(1))) for found in owners):
             continue
         # Lazy: whatever of the dead owner's still holds a file there cannot keep the sweep waiting.
         _run(["umount", "--lazy", mount_point])
-        lease_dir = Path(mount_point).parent
-        try:
-            os.unlink(lease_dir / IMAGE_NAME)
-        except FileNotFoundError:
-            pass  # the owner died between unlinking and unmounting
-        discard_tree(lease_dir)
+        discard_tree(lease_dir)  # the image with it: its space returns once the mount is gone
         swept.append(mount_point)
     return swept
 

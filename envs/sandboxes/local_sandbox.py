@@ -11,7 +11,8 @@ Each lease also gets a cgroup (envs/sandboxes/cgroups.py) when the cgroup fs all
 memory limit over all its processes, and a kill that reaches processes which left the
 process group. Without one (no cgroup fs, not root) it degrades with a logged warning.
 A jailed lease keeps one exec server in its jail (envs/sandboxes/exec_channel.py) that starts each
-command as a fresh process; a jail a command left dirty (/tmp, /dev, SysV IPC) is replaced
+command as a fresh process (the jail itself: envs/sandboxes/jail_argv.py); a jail a command
+left dirty (/tmp, /dev/shm, SysV IPC) is replaced
 before the next command, and reset() always starts a fresh one, so grading never shares a
 jail with the agent's commands.
 What the agent leaves (any depth, path length, mode or count) is never walked by this process:
@@ -40,16 +41,18 @@ from typing import Dict, List, Mapping, Optional, Sequence, get_args
 
 from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
 from envs.sandboxes.cgroups import LeaseCgroup
-from envs.sandboxes.exec_channel import JAIL_CODE_DIR, JAIL_CODE_MOUNT, ExecServer, ExecServerError, server_command
+from envs.sandboxes.exec_channel import ExecServer, ExecServerError, server_command
 from envs.sandboxes.container_sandbox import scrub_history_script
-from envs.sandboxes.disk_quota import (IMAGE_NAME, LEASE_PREFIX, LoopDisk, lease_root, loop_unavailable_reason,
+from envs.sandboxes.disk_quota import (LEASE_PREFIX, LoopDisk, image_name, lease_root, loop_unavailable_reason,
                                        measure_bytes, sweep_stale_disks)
-from envs.sandboxes.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
+from envs.sandboxes.gateway_route import checked_ro_binds, make_gateway_dir
+# clean_env and _python_dirs re-exported: callers and tests reach them through this module.
+from envs.sandboxes.jail_argv import _JAIL_MOUNTS, _bwrap_argv, _python_dirs, clean_env  # noqa: F401
 from envs.outcomes import InfraError, InfraSource
 from envs.sandboxes.process import run_process
 from envs.sandboxes.sandbox import ExecResult
 # Re-exported: callers and tests reach the deleters through this module.
-from envs.sandboxes.tree_delete import CLOSE_WAIT_S, DELETE_WAIT_S, _reap_deleters, discard_tree, wait_for_deleters  # noqa: F401
+from envs.sandboxes.tree_delete import CLOSE_WAIT_S, _reap_deleters, discard_tree, wait_for_deleters  # noqa: F401
 from envs.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -57,9 +60,6 @@ log = logging.getLogger(__name__)
 # Checked here too: a SandboxConfig built in code never went through the config loader.
 ISOLATION_MODES = get_args(SandboxIsolation)
 CGROUP_MODES = get_args(SandboxCgroup)
-SANDBOX_WORKSPACE = "/workspace"
-SANDBOX_UID = 1000
-_SYSTEM_DIRS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32")
 _MIB = 1024 * 1024
 _warned_unisolated = False
 _warned_no_cgroup = False
@@ -70,54 +70,6 @@ MIN_DISK_MB = 8
 MEASURE_TIMEOUT_S = 10.0
 # Joins the cgroups named before "--" (by writing its pid to their cgroup.procs), then execs the rest.
 _JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-def clean_env() -> dict:
-    """The whole environment a command sees: nothing of the host's passes through."""
-    return {
-        "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": "/tmp",
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-    }
-
-
-def _python_dirs() -> List[str]:
-    """Interpreter and venv prefixes outside the system dirs, parents before children."""
-    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    system = tuple(f"/{name}" for name in _SYSTEM_DIRS)
-    kept = [p for p in prefixes if os.path.isdir(p) and not p.startswith(system)]
-    return sorted(kept, key=len)
-
-
-# Where the jail mounts something itself: no ro_bind may cover or enter these.
-_JAIL_MOUNTS = (SANDBOX_WORKSPACE, JAIL_CODE_MOUNT, GATEWAY_MOUNT, "/proc", "/dev")
-
-
-def _bwrap_argv(bwrap: str, workspace: str, gateway_dir: str, ro_binds: List[str], tmpfs_bytes: int) -> List[str]:
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    # The exec server is the namespace's pid 1: no reaper of bwrap's in between.
-    argv += ["--die-with-parent", "--as-pid-1", "--hostname", "sandbox"]
-    for name in _SYSTEM_DIRS:
-        host = f"/{name}"
-        if os.path.islink(host):
-            argv += ["--symlink", os.readlink(host), host]
-        elif os.path.isdir(host):
-            argv += ["--ro-bind", host, host]
-    # The private /tmp comes before the Python binds: a venv may itself live under /tmp. The
-    # memory-backed scratch space is bounded: /tmp and /dev/shm by size, the rest of /dev (bwrap's
-    # own tmpfs, unbounded) read-only; device nodes stay usable on a read-only mount.
-    argv += ["--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--dev", "/dev",
-             "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc"]
-    for prefix in _python_dirs():
-        argv += ["--ro-bind", prefix, prefix]
-    for path in ro_binds:
-        argv += ["--ro-bind", path, path]
-    argv += ["--ro-bind", str(JAIL_CODE_DIR), JAIL_CODE_MOUNT, "--ro-bind", gateway_dir, GATEWAY_MOUNT]
-    argv += ["--bind", workspace, SANDBOX_WORKSPACE, "--chdir", SANDBOX_WORKSPACE, "--remount-ro", "/"]
-    return argv
-
-
 class LocalSandbox:
     runs_images = False
 
@@ -173,8 +125,7 @@ class LocalSandbox:
         self._warn_if_unisolated()
         self._ro_binds = checked_ro_binds(self.config.ro_binds, _JAIL_MOUNTS, ("/tmp", self._root))
         try:
-            # The owner's pid in the name: a later lease sweeps the mounts of an owner that died.
-            self._lease_dir = Path(tempfile.mkdtemp(prefix=f"{LEASE_PREFIX}{os.getpid()}-", dir=self._root))
+            self._lease_dir = Path(tempfile.mkdtemp(prefix=LEASE_PREFIX, dir=self._root))
             self._task = task
             make_gateway_dir(self._lease_dir)
             self._disk = self._make_disk()
@@ -375,7 +326,7 @@ class LocalSandbox:
             sweep_stale_disks()
             self.workspace.mkdir()
             try:
-                return LoopDisk.create(self._lease_dir / IMAGE_NAME, self.workspace, self.config.disk_mb)
+                return LoopDisk.create(self._lease_dir / image_name(os.getpid()), self.workspace, self.config.disk_mb)
             except OSError as error:  # e.g. no free loop device, or a container that may not mount
                 self.workspace.rmdir()
                 why_not = str(error)

@@ -33,7 +33,7 @@ def test_writes_past_the_loop_quota_fail_in_the_command_and_the_host_keeps_its_d
     box.start(task_by_id["textkit-001"])
     result = box.exec(_FILL_30_MB)
     assert result.exit_code != 0 and "No space left on device" in result.output
-    image = box.workspace.parent / disk_quota.IMAGE_NAME
+    image = box.workspace.parent / disk_quota.image_name(os.getpid())
     assert os.stat(image).st_blocks * 512 <= 20 * _MIB  # what the host pays: at most the quota
     box.reset()
     assert "blob1.bin" not in box.exec("ls").output
