@@ -17,7 +17,7 @@ import sys
 import types
 from typing import Collection, Dict, List, Optional, Set, Tuple
 
-from envs.grading.constant_fold import NOT_FOLDED, Folder
+from envs.grading.constant_fold import FILE_BUDGET, NOT_FOLDED, Folder
 
 # Standard modules a one-line fix in a tiny pure-Python repository may import: computation only,
 # no I/O, no interpreter access, no code evaluation. Left out on purpose: typing, dataclasses,
@@ -296,6 +296,8 @@ class Reach:
         if isinstance(node, (ast.Constant, ast.JoinedStr, ast.BinOp, ast.Call, ast.Subscript, ast.Name,
                              ast.ListComp, ast.GeneratorExp)) and self.touches(node) and not self.is_docstring(node):
             value = self.folder.value(node)
+            if self.folder.exhausted:  # past it, nothing more is folded: judge the file instead
+                return f"added code too costly to constant-fold (over {FILE_BUDGET} steps)"
             if value is not NOT_FOLDED:
                 found = sensitive_name(value)
                 if found:
