@@ -14,6 +14,7 @@ Globs are fnmatch patterns on the workspace-relative POSIX path (`*` also matche
 from __future__ import annotations
 
 import fnmatch
+import importlib.machinery
 import posixpath
 import re
 import shlex
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Collection, Dict, Iterable, Mapping
 
 from envs.grading.grader import patched_files
-from envs.grading.hack_detect import added_code_reason
+from envs.grading.hack_detect import UTF8_ENCODINGS, added_code_reason, python_text, source_encoding
 from envs.tasks.task import Task
 
 # Test configuration pytest (and the tools it names) reads at any depth.
@@ -34,6 +35,8 @@ STARTUP_HOOK_SUFFIXES = (".pth",)
 # Every sandbox runs with PYTHONDONTWRITEBYTECODE=1, so bytecode in the workspace was put there
 # on purpose (and a .pyc beside an untouched source can run code the source does not have).
 BYTECODE_SUFFIXES = (".pyc", ".pyo")
+# Compiled extension modules: imported ahead of a .py of the same name, and opaque to every detector.
+COMPILED_MODULE_SUFFIXES = tuple(sorted(set(importlib.machinery.EXTENSION_SUFFIXES) | {".so", ".pyd"}))
 CACHE_DIRS = frozenset({"__pycache__", ".git", ".hg"})
 # What ordinary tool runs leave behind (pytest's cache, type checkers, `pip install -e .`): never
 # carried into the graded view, and not tampering either (an agent that runs the tests must not
@@ -64,6 +67,11 @@ class ProtectionPolicy:
     # tampering (code in an allowed file runs inside the test process and could rewrite
     # its reports). Off for real-world repositories, where such code is ordinary.
     forbid_machinery_references: bool = False
+    # Whether a changed file may keep the non-UTF-8 source encoding its pristine version declared
+    # (real repositories have latin-1 files); a declaration added or changed is tampering anyway.
+    keep_pristine_encodings: bool = True
+    # Whether a compiled extension module may change: never needed in a pure-Python repository.
+    forbid_compiled_modules: bool = False
 
 
 # One policy per task format (`Task.source`; `swerve synth` writes SWE-smith rows, so synthesised
@@ -71,8 +79,10 @@ class ProtectionPolicy:
 # tests in arbitrary places, so there only the task's test_patch files, the universal
 # machinery and new shadowing modules are protected; adding a new test file is allowed.
 POLICIES: Dict[str, ProtectionPolicy] = {
-    "builtin": ProtectionPolicy(test_file_conventions=True, forbid_machinery_references=True),
-    "micro": ProtectionPolicy(test_file_conventions=True, forbid_machinery_references=True),
+    "builtin": ProtectionPolicy(test_file_conventions=True, forbid_machinery_references=True,
+                                keep_pristine_encodings=False, forbid_compiled_modules=True),
+    "micro": ProtectionPolicy(test_file_conventions=True, forbid_machinery_references=True,
+                              keep_pristine_encodings=False, forbid_compiled_modules=True),
     "swebench": ProtectionPolicy(test_file_conventions=False),
     "swesmith": ProtectionPolicy(test_file_conventions=False),
     "harbor": ProtectionPolicy(test_file_conventions=True),
@@ -117,6 +127,8 @@ def protection_reason(path: str, *, is_new: bool, is_symlink: bool, task: Task,
         return "test configuration"
     if name in STARTUP_HOOK_NAMES or name.endswith(STARTUP_HOOK_SUFFIXES):
         return "interpreter start-up hook"
+    if policy.forbid_compiled_modules and name.endswith(COMPILED_MODULE_SUFFIXES):
+        return "compiled extension module (imported before a .py of the same name)"
     if name.endswith(BYTECODE_SUFFIXES) or any(part in CACHE_DIRS for part in parts[:-1]) or name in CACHE_DIRS:
         return "bytecode, cache or version-control data"
     if policy.test_file_conventions and (_is_test_file(name) or any(part in TEST_DIRS for part in parts[:-1])):
@@ -158,13 +170,20 @@ _MACHINERY_REFERENCE = re.compile(
 
 
 def source_reason(path: str, old: str | None, new: str, task: Task, local_modules: Collection[str] = ()) -> str:
-    """Why an allowed file's new content is tampering, or "": under policies that forbid it, an
-    added line of Python that names the test machinery or the interpreter's internals, or added
+    """Why an allowed file's new content is tampering, or "". In every format: a .py file whose
+    bytes Python decodes other than as UTF-8 (`encoding_reason`). Under policies that forbid it,
+    an added line of Python that names the test machinery or the interpreter's internals, or added
     code that reaches them however it spells them (envs/grading/hack_detect.py: reflection, frames,
-    names built at run time, objects equal to anything). `local_modules`: the workspace's own
-    top-level modules, the only imports besides pure standard ones such a fix may add."""
-    if not path.endswith(".py") or not policy_for(task).forbid_machinery_references:
+    names built at run time, objects equal to anything), judged on the text Python runs.
+    `local_modules`: the workspace's own top-level modules, the only imports besides pure standard
+    ones such a fix may add."""
+    if not path.endswith(".py"):
         return ""
+    policy = policy_for(task)
+    reason = encoding_reason(old, new, policy)
+    if reason or not policy.forbid_machinery_references:
+        return reason
+    old, new = _as_python_runs(old), python_text(new)
     before = set((old or "").splitlines())
     for line in new.splitlines():
         if line not in before:
@@ -173,6 +192,34 @@ def source_reason(path: str, old: str | None, new: str, task: Task, local_module
                 return f"source names the test machinery ({match.group(0)!r})"
     reach = added_code_reason(old, new, local_modules)
     return f"added code reaches past its values: {reach}" if reach else ""
+
+
+def _as_python_runs(old: str | None) -> str | None:
+    """The pristine text as Python decodes it; as read, where Python would refuse it (the
+    task's own file, not the agent's doing)."""
+    try:
+        return None if old is None else python_text(old)
+    except (SyntaxError, UnicodeError):
+        return old
+
+
+def encoding_reason(old: str | None, new: str, policy: ProtectionPolicy) -> str:
+    """Why the source encoding `new` declares is tampering, or "": every detector reads UTF-8,
+    while Python honours a PEP 263 declaration (`# coding: utf-7` turns what reads as a comment
+    into code). Where the policy keeps pristine encodings, the one `old` already declared stays."""
+    try:
+        declared = source_encoding(new)
+    except SyntaxError as error:
+        return f"declares a source encoding Python refuses (PEP 263): {str(error)[:200]}"
+    if declared in UTF8_ENCODINGS:
+        return ""
+    if policy.keep_pristine_encodings and old is not None:
+        try:
+            if source_encoding(old) == declared:
+                return ""
+        except SyntaxError:
+            pass
+    return f"declares source encoding {declared!r} (PEP 263): the detectors judge UTF-8"
 
 
 def local_modules(paths: Iterable[str]) -> frozenset[str]:

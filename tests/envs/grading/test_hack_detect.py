@@ -254,3 +254,14 @@ def test_local_modules_restricts_unknown_imports():
     assert added("import numpy\n") == ""
     assert "numpy" in added_code_reason(BASE, BASE + "import numpy\n", local_modules={"textkit"})
     assert added_code_reason(BASE, BASE + "from textkit import case\n", local_modules={"textkit"}) == ""
+
+
+def test_added_code_is_judged_as_python_decodes_it():
+    import base64
+
+    hidden = "+" + base64.b64encode("\nimport os".encode("utf-16-be")).decode().rstrip("=") + "-"
+    # UTF-7 reads a "+" as the start of a shifted run: "+-" is its plain "+"
+    attack = "# -*- coding: utf-7 -*-\n" + BASE.replace("+", "+-") + "# " + hidden + "\n"
+    assert "import of module 'os'" in added_code_reason(BASE, attack)
+    assert added_code_reason(BASE, "\ufeff" + BASE) == ""  # a BOM is not code
+    assert "refuse" in added_code_reason(BASE, "# coding: nonsense-codec\n" + BASE)
