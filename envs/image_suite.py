@@ -25,7 +25,7 @@ from envs.sandboxes.docker_engine import CACHE_LABEL, base_image_tag, image_exis
 from envs.grading.grader import patched_files
 from envs.tasks.loaders import load_tasks
 from envs.grading.pristine_view import file_diff
-from envs.tasks.task import Task
+from envs.tasks.task import HiddenCase, Task
 
 ROWS_FILE = SUITE_DIR / "image_tasks.jsonl"
 REPOSITORY = "swerve-task"
@@ -71,6 +71,17 @@ def _buggy_files(task: Task) -> dict[str, bytes]:
     return {path: (Path(task.workspace_dir) / path).read_bytes() for path in patched_files(task.gold_patch)}
 
 
+def hidden_entry(case: HiddenCase) -> dict:
+    """A hidden case as a row carries it (the SWE-smith loader's format): the call and its expected
+    value, and only those of the method, attribute and exception fields that are set."""
+    entry = {"module": case.module, "function": case.function, "args_json": case.args_json,
+             "expected_json": case.expected_json}
+    optional = {"init_json": case.init_json, "steps_json": case.steps_json, "result_attrs": list(case.result_attrs),
+                "objects": case.objects, "raises": case.raises}
+    entry.update({key: value for key, value in optional.items() if value})
+    return entry
+
+
 def _test_patch(task: Task) -> str:
     return "".join(file_diff(path, None, content) for path, content in sorted(task.test_files))
 
@@ -92,7 +103,7 @@ def plan(tasks: Optional[Sequence[Task]] = None) -> list[tuple[dict, str, dict[s
                    "problem_statement": task.problem_statement, "patch": task.gold_patch,
                    "test_patch": _test_patch(task), "FAIL_TO_PASS": list(task.fail_to_pass),
                    "PASS_TO_PASS": list(task.pass_to_pass), "stratum": task.stratum, "split": task.split,
-                   "image_name": tag}
+                   "image_name": tag, "hidden_cases": [hidden_entry(case) for case in task.hidden_cases]}
             out.append((row, repo_tag, code, tag, buggy))
     return out
 

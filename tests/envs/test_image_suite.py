@@ -27,6 +27,8 @@ def test_rows_load_as_swebench_tasks_in_their_images_with_tests_only_in_the_test
         task, original = tasks[task_id], builtin[task_id]
         assert task.source == "swebench" and task.workspace_dir == "" and task.image.startswith("swerve-task/")
         assert task.gold_patch == original.gold_patch and task.fail_to_pass == original.fail_to_pass
+        # The hidden cases travel with the row, methods, attributes and exceptions included.
+        assert task.hidden_cases == original.hidden_cases and task.hidden_cases
         for path, content in original.test_files:
             assert f"+++ b/{path}" in task.test_patch and all(f"+{line}" in task.test_patch
                                                               for line in content.splitlines() if line)

@@ -3,7 +3,8 @@
 Fields read: instance_id, repo, base_commit, patch, test_patch, problem_statement,
 FAIL_TO_PASS, PASS_TO_PASS (lists, or JSON-encoded strings of lists as in the parquet
 files); optional: hints_text, version, environment_setup_commit, difficulty (-> stratum),
-split, image_name. The repository lives in SWE-bench's per-instance image
+split, image_name, hidden_cases (swerve's extension, in the SWE-smith loader's format: the
+built-in suite's image rows carry theirs). The repository lives in SWE-bench's per-instance image
 (`swebench/sweb.eval.x86_64.<instance_id, "__" -> "_1776_", lower case>:latest`, or the row's
 image_name: envs/image_suite.py's rows name their own) at /testbed, so workspace_dir is "" and
 these tasks need a container backend.
@@ -21,6 +22,7 @@ from typing import Sequence
 
 from envs.tasks.loaders.common import (ACTIVATE_TESTBED, RowError, collect_rows, optional_str, path_globs, require_str,
                                  row_split, test_list)
+from envs.tasks.loaders.swesmith import hidden_cases
 from envs.tasks.task import Task, TaskSet
 
 FORMAT = "swebench"
@@ -58,6 +60,7 @@ def row_to_task(row: dict) -> Task:
         source=FORMAT,
         image=optional_str(row, "image_name") or image_name(instance_id),
         test_patch=require_str(row, "test_patch"),
+        hidden_cases=hidden_cases(row),
         **path_globs(row),
     )
 
