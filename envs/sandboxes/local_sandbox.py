@@ -27,6 +27,7 @@ read-only.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import shutil
@@ -70,6 +71,14 @@ MIN_DISK_MB = 8
 MEASURE_TIMEOUT_S = 10.0
 # Joins the cgroups named before "--" (by writing its pid to their cgroup.procs), then execs the rest.
 _JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+def _out_of_space(error: OSError) -> bool:
+    """Whether a copy failed for want of space (copytree gathers per-file errors in one shutil.Error)."""
+    full = (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        return any(os.strerror(code) in str(why) for *_, why in error.args[0] for code in full)
+    return error.errno in full
+
+
 class LocalSandbox:
     runs_images = False
 
@@ -341,9 +350,9 @@ class LocalSandbox:
             # A loop image's workspace is its mount point, there already.
             shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True, dirs_exist_ok=self._disk is not None)
         except OSError as error:
-            if self._disk is None:
+            if self._disk is None or not _out_of_space(error):
                 raise
-            raise OSError(f"the task's files may not fit sandbox.disk_mb={self.config.disk_mb} (raise it): "
+            raise OSError(f"the task's files do not fit sandbox.disk_mb={self.config.disk_mb} (raise it): "
                           f"{str(error)[:500]}") from error
         if self.config.disk_mb and self._disk is None:
             used_bytes = measure_bytes(self.workspace, MEASURE_TIMEOUT_S)
