@@ -12,9 +12,10 @@ passes. Each kept mutation becomes one row in SWE-smith's format::
     FAIL_TO_PASS, PASS_TO_PASS, problem_statement, image_name,
     + repo_path, family, stratum, split, hidden_cases, (and a few informational extras)
 
-``hidden_cases`` are calls the clean suite made to the mutated module-level function, with their
-clean values, that the grader makes beside the tests (``envs.tasks.synth.call_recorder``); empty when
-no recorded call tells the mutation apart.
+``hidden_cases`` are calls the clean suite made to the mutated function or method (on a receiver
+rebuilt from its constructor's arguments and earlier calls), with their clean values, that the
+grader makes beside the tests (``envs.tasks.synth.call_recorder``); empty when no recorded call tells
+the mutation apart.
 
 The problem statement is written from the failing behaviour (test names, the failing
 test line, the assertion/exception pytest printed) -- never from the edit itself

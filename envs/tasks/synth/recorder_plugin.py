@@ -1,4 +1,4 @@
-"""pytest plugin that records calls to a repository's module-level functions during its tests.
+"""pytest plugin that records calls to a repository's functions and methods during its tests.
 
 Loaded by envs/tasks/synth/call_recorder.py into one clean test run (`-p swerve_call_recorder`, from a
 private folder on PYTHONPATH so none of swerve's modules shadow the repository's); standard library
@@ -6,18 +6,29 @@ only, since it runs under the repository's interpreter. SWERVE_CALL_RECORDER nam
 
     in:  {"files": {<real path of a watched file>: <its dotted module>},
           "max_calls_per_function": N, "max_seen_per_function": M, "max_call_chars": C,
-          "out": <where the recording goes>}
-    out: [[module, function, args_json, result_json], ...]
+          "max_steps": S, "out": <where the recording goes>}
+    out: [[module, function, args_json, result_json, init_json, steps_json], ...]
 
 A call is kept when its positional arguments (taken when the call starts, before the function can
-change them) and its return value are plain JSON by exact type. The profiler only runs during a
-test's call phase, and gives up on a function after `max_seen_per_function` calls, so a hot helper
-costs a bounded number of JSON encodings.
+change them) and its return value are plain JSON by exact type. Module-level functions, static and
+class methods (function "Class.method", init_json "") are called as they are. An instance method
+(init_json a list) is kept only on a receiver the grader's runner can rebuild: an instance of
+exactly that class, constructed through the class's own Python __init__ with plain arguments (or, for a class
+with neither __init__ nor __new__ of its own, holding no attribute yet),
+then given at most S top-level calls of its watched methods with plain arguments (steps_json),
+and whose attributes at the call are what they were after the last of those (each attribute's
+plain JSON, or the identity of a value that is not plain): a change made any other way drops the
+instance. Whether the rebuilt receiver behaves alike is checked by the host's clean replay.
+
+The profiler only runs during a test's setup and call phases, and gives up on a function (or a
+class's constructions) after `max_seen_per_function` calls, so a hot helper costs a bounded number
+of JSON encodings.
 """
 import json
 import math
 import os
 import sys
+import types
 
 import pytest
 
@@ -53,69 +64,206 @@ def plain_json(value, max_chars):
     return text if len(text) <= max_chars else None
 
 
+def state_of(obj, max_chars):
+    """The receiver's attributes as compared between calls: plain JSON, or a value's identity."""
+    kind, names = type(obj), []
+    for klass in kind.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names.extend(name for name in ([slots] if type(slots) is str else slots)
+                      if name not in ("__dict__", "__weakref__"))
+    values = {name: getattr(obj, name, _UNSET) for name in names}  # a slot never set reads as _UNSET
+    if kind.__dictoffset__:
+        values.update(object.__getattribute__(obj, "__dict__"))
+    return sorted((name, plain_json(value, max_chars) or ("id", id(value))) for name, value in values.items())
+
+
+_UNSET = object()
+
+
+def _resolve(root, qualname):
+    for part in qualname.split("."):
+        root = getattr(root, part, None)
+    return root
+
+
+class Life:
+    """What is known of one tracked instance: how to rebuild it, and its state since."""
+    __slots__ = ("cls", "init_json", "steps", "state", "depth", "running")
+
+    def __init__(self, cls, init_json, state):
+        self.cls, self.init_json, self.steps, self.state = cls, init_json, [], state
+        self.depth, self.running = 0, None  # calls on it under way; the outermost, a step once it returns
+
+
 class Recorder:
     def __init__(self, config):
         self.modules = config["files"]
         self.max_calls = config["max_calls_per_function"]
         self.max_seen = config["max_seen_per_function"]
         self.max_chars = config["max_call_chars"]
-        self.watched = {}  # code object -> (module, function), or None when not watched
-        self.seen = {}  # (module, function) -> calls looked at
-        self.kept = {}  # (module, function) -> {args_json: result_json}
-        self.pending = {}  # id(frame) -> (key, args_json) for calls not returned yet
+        self.max_steps = config["max_steps"]
+        self.unseen_modules = set(self.modules.values())  # not imported yet: their classes are unknown
+        self.watched = {}  # code object -> (key, kind, class), or None when not watched
+        self.inits = {}  # __init__ code object -> {class: its dotted name} for the classes it builds
+        self.seen = {}  # (module, function) -> calls (or constructions) looked at
+        self.kept = {}  # (module, function) -> {(init_json, steps_json, args_json): result_json}
+        self.pending = {}  # id(frame) -> what its return completes
+        self.lives = {}  # id(instance) -> Life
 
-    def watch(self, frame):
-        """(module, function) when frame's code is a module-level function of a watched file."""
-        code = frame.f_code
-        if code not in self.watched:
-            self.watched[code] = self._key(code, frame.f_globals)
-        return self.watched[code]
+    def discover(self):
+        """Index the methods and constructors of the classes of watched modules imported since."""
+        for module_name in [name for name in self.unseen_modules if name in sys.modules]:
+            self.unseen_modules.discard(module_name)
+            module = sys.modules[module_name]
+            classes = [value for value in list(vars(module).values())
+                       if isinstance(value, type) and value.__module__ == module_name]
+            while classes:
+                cls = classes.pop()
+                if _resolve(module, cls.__qualname__) is cls:  # what the runner's "Class.method" reaches
+                    self._index(module_name, cls)
+                classes.extend(value for value in vars(cls).values()
+                               if isinstance(value, type) and value.__qualname__.startswith(cls.__qualname__ + "."))
+
+    def _index(self, module_name, cls):
+        for name, member in list(vars(cls).items()):
+            kind = {staticmethod: "static", classmethod: "class"}.get(type(member), "method")
+            function = member.__func__ if kind != "method" else member
+            code = getattr(function, "__code__", None)
+            # Defined in the class body under this name (not a module function bound as an
+            # attribute), so getattr(receiver, name) reaches this very code.
+            if (name == "__init__" or not isinstance(code, types.CodeType) or not self._plain_signature(code)
+                    or getattr(function, "__qualname__", None) != f"{cls.__qualname__}.{name}"):
+                continue
+            self.watched[code] = ((module_name, f"{cls.__qualname__}.{name}"), kind, cls)
+        init = getattr(getattr(cls, "__init__", None), "__code__", None)
+        if init is not None and self._plain_signature(init):
+            self.inits.setdefault(init, {})[cls] = (module_name, f"{cls.__qualname__}.__init__")
+
+    @staticmethod
+    def _plain_signature(code):
+        return not (code.co_flags & (_UNPLAIN_FLAGS | _VARIADIC_FLAGS) or code.co_kwonlyargcount)
 
     def _key(self, code, module_globals):
         module = self.modules.get(os.path.realpath(code.co_filename))
-        if module is None or code.co_flags & (_UNPLAIN_FLAGS | _VARIADIC_FLAGS) or code.co_kwonlyargcount:
+        if module is None or not self._plain_signature(code):
             return None
         # Only what `getattr(module, name)` reaches is callable by the hidden runner: not a
-        # method, a nested function, or a decorated one (its wrapper is what the name holds).
+        # nested function, or a decorated one (its wrapper is what the name holds).
         function = module_globals.get(code.co_name)
         if getattr(function, "__code__", None) is not code:
             return None
-        return module, code.co_name
+        return (module, code.co_name), "function", None
 
     def profile(self, frame, event, arg):
         if event == "call":
-            key = self.watch(frame)
-            if key is not None:
-                self._enter(frame, key)
+            code = frame.f_code
+            if code in self.inits:
+                self._construct(frame, self.inits[code])
+                return
+            if code not in self.watched:
+                self.watched[code] = self._key(code, frame.f_globals)
+            target = self.watched[code]
+            if target is not None:
+                self._enter(frame, *target)
         elif event == "return" and self.pending:
             entered = self.pending.pop(id(frame), None)
             if entered is not None:
-                self._leave(entered, arg)
+                entered(arg)
 
-    def _enter(self, frame, key):
+    def _encode_args(self, frame, key, skip):
         seen = self.seen.get(key, 0)
-        kept = self.kept.setdefault(key, {})
-        if seen >= self.max_seen or len(kept) >= self.max_calls:
-            return
+        if seen >= self.max_seen:
+            return None
         self.seen[key] = seen + 1
         code = frame.f_code
-        args = [frame.f_locals[name] for name in code.co_varnames[:code.co_argcount]]
-        args_json = plain_json(args, self.max_chars)
-        if args_json is not None and args_json not in kept:
-            self.pending[id(frame)] = (key, args_json)
+        return plain_json([frame.f_locals[name] for name in code.co_varnames[skip:code.co_argcount]],
+                          self.max_chars)
 
-    def _leave(self, entered, value):
-        key, args_json = entered
+    def _construct(self, frame, classes):
+        receiver = frame.f_locals[frame.f_code.co_varnames[0]]
+        if type(receiver) not in classes:
+            return  # a base class's __init__ reached through super(): the outer one is recorded
+        self.lives.pop(id(receiver), None)  # a new object at a freed one's address
+        init_json = self._encode_args(frame, classes[type(receiver)], 1)
+        if init_json is not None:
+            self.pending[id(frame)] = lambda value: self._born(receiver, init_json)
+
+    def _born(self, receiver, init_json):
+        self.lives[id(receiver)] = Life(type(receiver), init_json, state_of(receiver, self.max_chars))
+
+    def _enter(self, frame, key, kind, cls):
+        if kind == "function" or kind == "static":
+            self._call(frame, key, 0, "", "", None)
+            return
+        receiver = frame.f_locals[frame.f_code.co_varnames[0]]
+        if kind == "class":
+            if receiver is cls:
+                self._call(frame, key, 1, "", "", None)
+            return
+        life = self.lives.get(id(receiver))
+        if life is None and type(receiver) is cls and cls.__init__ is object.__init__ and cls.__new__ is object.__new__:
+            life = self._bare(receiver)
+        if life is None or type(receiver) is not life.cls:
+            return
+        # Checked before the state is: a hot method stops costing snapshots with its budget.
+        if cls is not life.cls or self.seen.get(key, 0) >= self.max_seen or (
+                state_of(receiver, self.max_chars) != life.state):
+            del self.lives[id(receiver)]  # changed, or called, in a way the steps do not replay
+            return
+        top = life.depth == 0
+        # A call made inside another on the same receiver sees the state before the outer one's
+        # step: the outer call becomes a step only when it returns.
+        args_json = self._call(frame, key, 1, life.init_json, json.dumps(life.steps),
+                               lambda: self._after(receiver, life))
+        if args_json is None or (top and len(life.steps) >= self.max_steps):
+            del self.lives[id(receiver)]
+            return
+        life.depth += 1
+        if top:
+            life.running = [frame.f_code.co_name, json.loads(args_json)]
+
+    def _bare(self, receiver):
+        """A Life for an instance of a class built without arguments or code of its own, while
+        nothing is set on it yet: it is what `Class()` makes, however it was made."""
+        state = state_of(receiver, self.max_chars)
+        if any(value != ("id", id(_UNSET)) for _, value in state):
+            return None
+        life = self.lives[id(receiver)] = Life(type(receiver), "[]", state)
+        return life
+
+    def _after(self, receiver, life):
+        life.depth -= 1
+        if life.depth == 0 and self.lives.get(id(receiver)) is life:
+            life.steps.append(life.running)
+            life.state = state_of(receiver, self.max_chars)
+
+    def _call(self, frame, key, skip, init_json, steps_json, then):
+        """Records the call's arguments for its return (then `then()`); their JSON, or None when
+        the call cannot be recorded (the function's budget is spent, or they are not plain)."""
+        kept = self.kept.setdefault(key, {})
+        if len(kept) >= self.max_calls:
+            return None
+        args_json = self._encode_args(frame, key, skip)
+        if args_json is None:
+            return None
+        room = self.max_chars - len(args_json) - len(init_json) - len(steps_json)
+        call = (init_json, steps_json, args_json)
+        record = room > 0 and call not in kept
+        if record or then is not None:
+            self.pending[id(frame)] = lambda value: (record and self._leave(key, call, value, room), then and then())
+        return args_json
+
+    def _leave(self, key, call, value, room):
         kept = self.kept[key]
         # A call that raised returns None here too: the host's clean replay drops it.
-        result_json = plain_json(value, self.max_chars - len(args_json))
+        result_json = plain_json(value, room)
         if result_json is not None and len(kept) < self.max_calls:
-            kept.setdefault(args_json, result_json)
+            kept.setdefault(call, result_json)
 
     def recording(self):
-        return [[module, function, args_json, result_json]
+        return [[module, function, args_json, result_json, init_json, steps_json]
                 for (module, function), calls in self.kept.items()
-                for args_json, result_json in calls.items()]
+                for (init_json, steps_json, args_json), result_json in calls.items()]
 
 
 _recorder = None
@@ -128,14 +276,26 @@ def pytest_configure(config):
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _profiled()
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
+    yield from _profiled()
+
+
+def _profiled():
+    _recorder.discover()
     previous = sys.getprofile()
     sys.setprofile(_recorder.profile)
     try:
         yield
     finally:
         sys.setprofile(previous)
-        _recorder.pending.clear()  # a call the test left unfinished (an exception) never returns
+        # A call the test left unfinished (an exception) never returns: its receiver's state is unknown.
+        _recorder.pending.clear()
+        _recorder.lives = {key: life for key, life in _recorder.lives.items() if life.depth == 0}
 
 
 def pytest_unconfigure(config):

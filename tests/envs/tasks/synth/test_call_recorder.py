@@ -117,12 +117,13 @@ def test_recorder_keeps_plain_calls_of_module_level_functions(tmp_path):
     run = run_pytest(repo, 120, extra_args=recorder.pytest_args, extra_env=recorder.env, extra_paths=recorder.paths)
     assert run.passed == {"tests/test_util.py::test_calls", "tests/test_util.py::test_raises"}, run.output[-2000:]
     recorded = {}
-    for module, function, args_json, result_json in recorder.recording():
-        assert module == "pkg.util"
+    for module, function, args_json, result_json, init_json, steps_json in recorder.recording():
+        assert module == "pkg.util" and (init_json, steps_json) == (("[]", "[]") if "." in function else ("", ""))
         recorded.setdefault(function, []).append((args_json, result_json))
-    # Methods, the tests' own functions, keyword-only signatures, tuples, int keys, subclasses of
-    # int and oversized values are left out; arguments are taken before the call changes them.
-    assert set(recorded) == {"double", "first", "count_keys", "pop_last", "big", "roll", "inc", "ratio"}
+    # The tests' own functions, keyword-only signatures, tuples, int keys, subclasses of int and
+    # oversized values are left out; arguments are taken before the call changes them. A method
+    # comes with its receiver's constructor arguments (test_methods.py).
+    assert set(recorded) == {"double", "first", "count_keys", "pop_last", "big", "roll", "inc", "ratio", "Box.size"}
     assert recorded["double"] == [("[4]", "8")]
     assert recorded["first"] == [("[[5, 6]]", "5")]
     assert recorded["count_keys"] == [('[{"a": 1}]', "1")]
@@ -135,7 +136,7 @@ def test_recorder_keeps_plain_calls_of_module_level_functions(tmp_path):
     book = recorder.book(sys.executable, 60)
     assert ("pkg.util", "roll") not in book.calls
     assert [(c.args_json, c.expected_json) for c in book.calls[("pkg.util", "ratio")]] == [("[1, 4]", "0.25")]
-    assert book.count() == 6 + MAX_CALLS_PER_FUNCTION
+    assert book.count() == 7 + MAX_CALLS_PER_FUNCTION
 
 
 # Not synthesis's runner: each call's canonical JSON value, or the exception it raised.
