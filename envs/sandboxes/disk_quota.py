@@ -85,9 +85,14 @@ def sweep_stale_disks() -> List[str]:
             continue  # closed meanwhile by its owner
         if not owners or any(pid_alive(int(found.group(1))) for found in owners):
             continue
-        # Lazy: whatever of the dead owner's still holds a file there cannot keep the sweep waiting.
-        _run(["umount", "--lazy", mount_point])
-        discard_tree(lease_dir)  # the image with it: its space returns once the mount is gone
+        try:
+            # Lazy: whatever of the dead owner's still holds a file there cannot keep the sweep waiting.
+            _run(["umount", "--lazy", mount_point])
+            discard_tree(lease_dir)  # the image with it: its space returns once the mount is gone
+        except OSError as error:
+            # Another owner's leftovers are no reason to refuse the lease being made; the next sweep retries.
+            log.warning("cannot sweep the workspace image of a dead owner at %s: %s", mount_point, error)
+            continue
         swept.append(mount_point)
     return swept
 
