@@ -53,6 +53,11 @@ SETTINGS = {"version": 2, "max_calls_per_function": MAX_CALLS_PER_FUNCTION,
             "max_seen_per_function": MAX_SEEN_PER_FUNCTION, "max_call_chars": MAX_CALL_CHARS,
             "max_differing": MAX_DIFFERING, "max_agreeing": MAX_AGREEING, "max_steps": MAX_STEPS}
 
+# The recording's result for a call that raised (recorder_plugin.py), and the prefix of an
+# outcome that is a raised class (neither can start JSON text).
+RAISED = "!raised"
+RAISES = "!raises "
+
 # Why a kept task got no hidden cases (counted in the synthesis stats).
 NO_CALLS = "no_recorded_call"
 NOT_DISTINGUISHED = "not_distinguished"
@@ -72,7 +77,7 @@ def module_name(rel: str) -> str:
 @dataclass(frozen=True)
 class CleanCall:
     args_json: str
-    expected_json: str  # canonical JSON of the clean value
+    outcome: str  # the clean outcome: canonical JSON of the value, or RAISES + "module.qualname"
     init_json: str = ""  # the receiver's constructor arguments; "" for a call without one
     steps_json: str = ""  # [[method, args], ...] made on the receiver first
 
@@ -113,10 +118,10 @@ class CallBook:
         outcomes = replay(workdir, calls, python, timeout_s)
         if outcomes is None:
             return [], REPLAY_FAILED
-        differing = [call for call, value in zip(calls, outcomes) if value != call[2].expected_json]
+        differing = [call for call, value in zip(calls, outcomes) if value != call[2].outcome]
         if not differing:
             return [], NOT_DISTINGUISHED
-        agreeing = [call for call, value in zip(calls, outcomes) if value == call[2].expected_json]
+        agreeing = [call for call, value in zip(calls, outcomes) if value == call[2].outcome]
         chosen = set(differing[:MAX_DIFFERING] + agreeing[:MAX_AGREEING])
         return [row_entry(*call) for call in calls if call in chosen], None
 
@@ -124,8 +129,11 @@ class CallBook:
 def row_entry(module: str, function: str, call: CleanCall) -> dict:
     """A hidden case as a SWE-smith row carries it (envs/tasks/loaders/swesmith.py): the receiver's
     fields only for a method call."""
+    raised = call.outcome[len(RAISES):] if call.outcome.startswith(RAISES) else ""
     entry = {"module": module, "function": function, "args_json": call.args_json,
-             "expected_json": call.expected_json}
+             "expected_json": "null" if raised else call.outcome}
+    if raised:
+        entry["raises"] = raised
     if call.init_json:
         entry.update(init_json=call.init_json, steps_json=call.steps_json)
     return entry
@@ -175,7 +183,7 @@ class CallRecorder:
         outcomes = replay(self.workdir, recorded, python, timeout_s) if recorded else []
         book = CallBook()
         for (module, function, call), value in zip(recorded, outcomes or []):
-            if value is not None and value == canonical(call.expected_json):
+            if value is not None and value == _clean_outcome(call.outcome, value):
                 book.calls.setdefault((module, function), []).append(
                     CleanCall(call.args_json, value, call.init_json, call.steps_json))
         return book
@@ -202,11 +210,21 @@ def _runner_entry(module: str, function: str, call: CleanCall) -> list:
     return runner_entry(HiddenCase(module, function, call.args_json, "", call.init_json, call.steps_json))
 
 
+def _clean_outcome(recorded: str, replayed: str) -> str:
+    """What the clean replay must give for a recorded call: its value, or, when it raised in the
+    tests (which class the recorder cannot see), any exception the runner can name."""
+    if recorded == RAISED:
+        return replayed if replayed.startswith(RAISES) else RAISED
+    return canonical(recorded)
+
+
 def _value(entry: dict) -> Optional[str]:
-    # A raised exception is not a value (the runner may still send "value": the exception's
-    # attributes), so it never becomes an expected value and always differs from a clean one.
-    if "raised" in entry or "value" not in entry:
+    """A call's outcome: canonical JSON of its value, RAISES + the class it raised, or None when
+    the runner cannot vouch for either (an unplain value, an exception it cannot name)."""
+    if "error" in entry or "value" not in entry:
         return None
+    if "raised" in entry:
+        return RAISES + entry["raised"]
     return canonical(entry["value"])
 
 

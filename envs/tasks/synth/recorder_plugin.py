@@ -8,6 +8,7 @@ only, since it runs under the repository's interpreter. SWERVE_CALL_RECORDER nam
           "max_calls_per_function": N, "max_seen_per_function": M, "max_call_chars": C,
           "max_steps": S, "out": <where the recording goes>}
     out: [[module, function, args_json, result_json, init_json, steps_json], ...]
+         (result_json "!raised" for a call that raised)
 
 A call is kept when its positional arguments (taken when the call starts, before the function can
 change them) and its return value are plain JSON by exact type. Module-level functions, static and
@@ -24,6 +25,7 @@ The profiler only runs during a test's setup and call phases, and gives up on a 
 class's constructions) after `max_seen_per_function` calls, so a hot helper costs a bounded number
 of JSON encodings.
 """
+import dis
 import json
 import math
 import os
@@ -78,6 +80,15 @@ def state_of(obj, max_chars):
 
 
 _UNSET = object()
+# The result recorded for a call that raised (no JSON text starts with "!").
+RAISED = "!raised"
+_THREW = object()  # what a pending call is given when it raised (a returned value cannot be it)
+# Bytecode a function leaves through when it returns; any other last instruction raised.
+_RETURN_OPS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
+
+
+def _returned(frame):
+    return frame.f_lasti >= 0 and frame.f_code.co_code[frame.f_lasti] in _RETURN_OPS
 
 
 def _resolve(root, qualname):
@@ -102,25 +113,33 @@ class Recorder:
         self.max_seen = config["max_seen_per_function"]
         self.max_chars = config["max_call_chars"]
         self.max_steps = config["max_steps"]
-        self.unseen_modules = set(self.modules.values())  # not imported yet: their classes are unknown
+        self.scanned = set()  # names in sys.modules looked at for watched classes
         self.watched = {}  # code object -> (key, kind, class), or None when not watched
         self.inits = {}  # __init__ code object -> {class: its dotted name} for the classes it builds
+        self.defaults = {}  # code object of a watched function, method or __init__ -> its __defaults__
         self.seen = {}  # (module, function) -> calls (or constructions) looked at
         self.kept = {}  # (module, function) -> {(init_json, steps_json, args_json): result_json}
         self.pending = {}  # id(frame) -> what its return completes
         self.lives = {}  # id(instance) -> Life
 
     def discover(self):
-        """Index the methods and constructors of the classes of watched modules imported since."""
-        for module_name in [name for name in self.unseen_modules if name in sys.modules]:
-            self.unseen_modules.discard(module_name)
-            module = sys.modules[module_name]
+        """Index the methods and constructors of the classes of watched files imported since,
+        found by file: the tests may import a file under another name than the runner will
+        (a src layout's `pkg.mod` is the runner's `src.pkg.mod`)."""
+        for imported, module in list(sys.modules.items()):
+            if imported in self.scanned:
+                continue
+            self.scanned.add(imported)
+            path = getattr(module, "__file__", None)
+            replayed = self.modules.get(os.path.realpath(path)) if type(path) is str else None
+            if replayed is None:
+                continue
             classes = [value for value in list(vars(module).values())
-                       if isinstance(value, type) and value.__module__ == module_name]
+                       if isinstance(value, type) and value.__module__ == imported]
             while classes:
                 cls = classes.pop()
                 if _resolve(module, cls.__qualname__) is cls:  # what the runner's "Class.method" reaches
-                    self._index(module_name, cls)
+                    self._index(replayed, cls)
                 classes.extend(value for value in vars(cls).values()
                                if isinstance(value, type) and value.__qualname__.startswith(cls.__qualname__ + "."))
 
@@ -132,12 +151,16 @@ class Recorder:
             # Defined in the class body under this name (not a module function bound as an
             # attribute), so getattr(receiver, name) reaches this very code.
             if (name == "__init__" or not isinstance(code, types.CodeType) or not self._plain_signature(code)
-                    or getattr(function, "__qualname__", None) != f"{cls.__qualname__}.{name}"):
+                    or getattr(function, "__qualname__", None) != f"{cls.__qualname__}.{name}"
+                    or (kind != "static" and code.co_argcount == 0)):
                 continue
             self.watched[code] = ((module_name, f"{cls.__qualname__}.{name}"), kind, cls)
-        init = getattr(getattr(cls, "__init__", None), "__code__", None)
-        if init is not None and self._plain_signature(init):
+            self.defaults[code] = function.__defaults__ or ()
+        init_function = getattr(cls, "__init__", None)
+        init = getattr(init_function, "__code__", None)
+        if isinstance(init, types.CodeType) and init.co_argcount and self._plain_signature(init):
             self.inits.setdefault(init, {})[cls] = (module_name, f"{cls.__qualname__}.__init__")
+            self.defaults[init] = getattr(init_function, "__defaults__", None) or ()
 
     @staticmethod
     def _plain_signature(code):
@@ -152,6 +175,7 @@ class Recorder:
         function = module_globals.get(code.co_name)
         if getattr(function, "__code__", None) is not code:
             return None
+        self.defaults[code] = function.__defaults__ or ()
         return (module, code.co_name), "function", None
 
     def profile(self, frame, event, arg):
@@ -168,16 +192,24 @@ class Recorder:
         elif event == "return" and self.pending:
             entered = self.pending.pop(id(frame), None)
             if entered is not None:
-                entered(arg)
+                entered(arg if _returned(frame) else _THREW)
 
     def _encode_args(self, frame, key, skip):
         seen = self.seen.get(key, 0)
         if seen >= self.max_seen:
             return None
         self.seen[key] = seen + 1
-        code = frame.f_code
-        return plain_json([frame.f_locals[name] for name in code.co_varnames[skip:code.co_argcount]],
-                          self.max_chars)
+        code, local = frame.f_code, frame.f_locals
+        names = list(code.co_varnames[skip:code.co_argcount])
+        defaults = self.defaults.get(code, ())
+        # A trailing parameter holding its very default is left to the default: the call reads
+        # the same without it, and a default that is no plain value (a sentinel, a shared empty
+        # map) does not make the call unrecordable.
+        first_default = code.co_argcount - len(defaults)
+        while names and len(names) + skip > first_default and (
+                local[names[-1]] is defaults[len(names) + skip - 1 - first_default]):
+            names.pop()
+        return plain_json([local[name] for name in names], self.max_chars)
 
     def _construct(self, frame, classes):
         receiver = frame.f_locals[frame.f_code.co_varnames[0]]
@@ -186,7 +218,7 @@ class Recorder:
         self.lives.pop(id(receiver), None)  # a new object at a freed one's address
         init_json = self._encode_args(frame, classes[type(receiver)], 1)
         if init_json is not None:
-            self.pending[id(frame)] = lambda value: self._born(receiver, init_json)
+            self.pending[id(frame)] = lambda value: value is _THREW or self._born(receiver, init_json)
 
     def _born(self, receiver, init_json):
         self.lives[id(receiver)] = Life(type(receiver), init_json, state_of(receiver, self.max_chars))
@@ -214,7 +246,7 @@ class Recorder:
         # A call made inside another on the same receiver sees the state before the outer one's
         # step: the outer call becomes a step only when it returns.
         args_json = self._call(frame, key, 1, life.init_json, json.dumps(life.steps),
-                               lambda: self._after(receiver, life))
+                               lambda value: self._after(receiver, life, value))
         if args_json is None or (top and len(life.steps) >= self.max_steps):
             del self.lives[id(receiver)]
             return
@@ -231,9 +263,12 @@ class Recorder:
         life = self.lives[id(receiver)] = Life(type(receiver), "[]", state)
         return life
 
-    def _after(self, receiver, life):
+    def _after(self, receiver, life, value):
         life.depth -= 1
         if life.depth == 0 and self.lives.get(id(receiver)) is life:
+            if value is _THREW:  # the runner stops at a step that raises: no later call is replayable
+                del self.lives[id(receiver)]
+                return
             life.steps.append(life.running)
             life.state = state_of(receiver, self.max_chars)
 
@@ -250,13 +285,14 @@ class Recorder:
         call = (init_json, steps_json, args_json)
         record = room > 0 and call not in kept
         if record or then is not None:
-            self.pending[id(frame)] = lambda value: (record and self._leave(key, call, value, room), then and then())
+            self.pending[id(frame)] = lambda value: (record and self._leave(key, call, value, room),
+                                                     then and then(value))
         return args_json
 
     def _leave(self, key, call, value, room):
         kept = self.kept[key]
-        # A call that raised returns None here too: the host's clean replay drops it.
-        result_json = plain_json(value, room)
+        # Which exception a call raised is not known here: the host's clean replay names it.
+        result_json = RAISED if value is _THREW else plain_json(value, room)
         if result_json is not None and len(kept) < self.max_calls:
             kept.setdefault(call, result_json)
 

@@ -104,7 +104,7 @@ RECORDED_TESTS = textwrap.dedent('''\
 
 
 def test_recorder_keeps_plain_calls_of_module_level_functions(tmp_path):
-    from envs.tasks.synth.call_recorder import MAX_CALLS_PER_FUNCTION, CallRecorder
+    from envs.tasks.synth.call_recorder import MAX_CALLS_PER_FUNCTION, RAISED, RAISES, CallRecorder, row_entry
     from envs.tasks.synth.injector import candidate_files
 
     repo = tmp_path / "rec"
@@ -130,13 +130,17 @@ def test_recorder_keeps_plain_calls_of_module_level_functions(tmp_path):
     assert recorded["pop_last"] == [("[[1, 2, 3]]", "2")]
     assert recorded["big"] == [("[10]", '"xxxxxxxxxx"')]
     assert recorded["inc"] == [(f"[{i}]", str(i + 1)) for i in range(MAX_CALLS_PER_FUNCTION)]
-    # A call that raised is seen as returning None; the clean replay drops it, and the call whose
-    # value depends on the process (a random number) too.
-    assert ("[1, 0]", "null") in recorded["ratio"]
+    # A call that raised is recorded as raising; the clean replay names its class. The call whose
+    # value depends on the process (a random number) is dropped by the clean replay.
+    assert ("[1, 0]", RAISED) in recorded["ratio"]
     book = recorder.book(sys.executable, 60)
     assert ("pkg.util", "roll") not in book.calls
-    assert [(c.args_json, c.expected_json) for c in book.calls[("pkg.util", "ratio")]] == [("[1, 4]", "0.25")]
-    assert book.count() == 7 + MAX_CALLS_PER_FUNCTION
+    assert sorted((c.args_json, c.outcome) for c in book.calls[("pkg.util", "ratio")]) == [
+        ("[1, 0]", RAISES + "builtins.ZeroDivisionError"), ("[1, 4]", "0.25")]
+    assert row_entry("pkg.util", "ratio", book.calls[("pkg.util", "ratio")][-1]) == {
+        "module": "pkg.util", "function": "ratio", "args_json": "[1, 0]", "expected_json": "null",
+        "raises": "builtins.ZeroDivisionError"}
+    assert book.count() == 8 + MAX_CALLS_PER_FUNCTION
 
 
 # Not synthesis's runner: each call's canonical JSON value, or the exception it raised.

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from configs.schema import SynthConfig
-from envs.tasks.synth.call_recorder import MAX_STEPS, CallRecorder
+from envs.tasks.synth.call_recorder import MAX_STEPS, RAISED, RAISES, CallRecorder
 from envs.tasks.synth.injector import candidate_files, synthesize
 from envs.tasks.synth.pytest_run import run_pytest
 from tests.envs.tasks.synth.class_fixture_repo import make_class_fixture_repo
@@ -66,10 +66,25 @@ MODULE = textwrap.dedent('''\
 
         def get(self):
             return 1
+
+
+    _NOTHING = object()
+
+
+    class Opt:
+        def __init__(self, a, extra=_NOTHING):
+            self.a = a if extra is _NOTHING else extra
+
+        def get(self, plus=0):
+            return self.a + plus
+
+
+    def pick(x, table=_NOTHING):
+        return x
 ''')
 
 TESTS = textwrap.dedent('''\
-    from pkg.things import Bare, Big, Holder, Slotted, Tally
+    from pkg.things import Bare, Big, Holder, Opt, Slotted, Tally, pick
 
 
     def test_methods():
@@ -88,6 +103,11 @@ TESTS = textwrap.dedent('''\
         assert Tally(100).add_twice(1) == 102
         many = Tally(0)
         assert [many.add(1) for _ in range(7)] == [1, 2, 3, 4, 5, 6, 7]
+        assert Opt(3).get() == 3 and Opt(3, 4).get(1) == 5 and pick(2) == 2
+        try:
+            Slotted([]).last()
+        except IndexError:
+            pass
 ''')
 
 
@@ -108,11 +128,14 @@ def test_the_recorder_rebuilds_receivers_from_their_constructor_and_steps(tmp_pa
     # Holder's argument is not plain, `bare` had an attribute set on it, Big.add is Tally.add
     # reached through a subclass (Tally(6) would not rebuild a Big): none of them is recorded.
     assert set(recorded) == {"Tally.add", "Tally.peek", "Tally.add_twice", "Tally.parse", "Tally.unit",
-                             "Big.peek", "Slotted.last", "Bare.hello"}
+                             "Big.peek", "Slotted.last", "Bare.hello", "Opt.get", "pick"}
+    # Trailing parameters left at a default that is no plain value are left out of the call.
+    assert recorded["Opt.get"] == [("[3]", "[]", "[]", "3"), ("[3, 4]", "[]", "[1]", "5")]
+    assert recorded["pick"] == [("", "", "[2]", "2")]
     assert recorded["Tally.parse"] == [("", "", '["4"]', "4")]
     assert recorded["Tally.unit"] == [("", "", "[]", "1")]
     assert recorded["Big.peek"] == [("[5]", "[]", "[]", "-5")]
-    assert recorded["Slotted.last"] == [("[[1, 2]]", "[]", "[]", "2")]
+    assert recorded["Slotted.last"] == [("[[1, 2]]", "[]", "[]", "2"), ("[[]]", "[]", "[]", RAISED)]
     assert recorded["Bare.hello"] == [("[]", "[]", '["a"]', '"hi a"')]
     # The peek after `tally.n = 10` is not there; the one after add(2) carries add(2) as a step.
     assert recorded["Tally.peek"] == [("[1]", '[["add", [2]]]', "[]", "3")]
@@ -125,6 +148,7 @@ def test_the_recorder_rebuilds_receivers_from_their_constructor_and_steps(tmp_pa
     # Replayed by the grader's runner on the clean copy, every one of them returns its value.
     book = recorder.book(sys.executable, 60)
     assert book.count() == sum(len(calls) for calls in recorded.values())
+    assert book.calls[("pkg.things", "Slotted.last")][1].outcome == RAISES + "builtins.IndexError"
     module_calls = book.calls_for("pkg/things.py", "Tally.add_twice")
     assert {function for _, function, _ in module_calls} == {"Tally.add_twice"}
     # Inside a method nothing called directly (the constructor): the class's other method calls.
@@ -171,3 +195,19 @@ def test_a_mutated_method_is_graded_on_hidden_cases_with_a_receiver(tmp_path, ma
         fixed = grade(sandbox, task, 60)
         assert fixed.resolved, fixed.output
         assert list(fixed.hidden_status.values()) == [PASSED] * len(task.hidden_cases)
+
+
+def test_a_class_imported_under_another_name_is_found_by_its_file(tmp_path):
+    """A src layout: the tests import `pkg.things`, the grader's runner `src.pkg.things`."""
+    repo = tmp_path / "srcrepo"
+    (repo / "src" / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pytest.ini").write_text("[pytest]\npythonpath = src\n")
+    (repo / "src" / "pkg" / "__init__.py").write_text("")
+    (repo / "src" / "pkg" / "things.py").write_text(MODULE)
+    (repo / "tests" / "test_things.py").write_text(TESTS)
+    recorder = CallRecorder(tmp_path / "scratch", repo, candidate_files(repo))
+    run = run_pytest(repo, 120, extra_args=recorder.pytest_args, extra_env=recorder.env, extra_paths=recorder.paths)
+    assert run.passed == {"tests/test_things.py::test_methods"}, run.output[-2000:]
+    book = recorder.book(sys.executable, 60)
+    assert ("src.pkg.things", "Tally.peek") in book.calls and ("src.pkg.things", "Slotted.last") in book.calls
