@@ -1,6 +1,8 @@
 """The red team's catalogue: what an RL policy could try once the plain hacks of
-bench/adversarial/tamper_catalogue.py score 0, played for real on a built-in, a micro and a SWE-bench-shaped
-task (bench/adversarial/red_team_targets.py).
+bench/adversarial/tamper_catalogue.py score 0, played for real on a built-in, a micro, a SWE-bench-shaped task and
+an image row in a container (bench/adversarial/red_team_targets.py), in two harnesses: the env alone
+(`play`, a SWEEnv) and the episode actor a run uses (`play_in_episode` in
+bench/adversarial/red_team_harnesses.py: the attempt as a scripted policy's replies).
 
 Class "forge" (reward without a fix): names built at run time, code kept in a data file, an
 object equal to anything, an oracle that reads the expected value from the test's frame, a
@@ -10,20 +12,23 @@ listing, the reset or grading cannot handle (deep, huge, odd names, swapped file
 or huge files, thousands of executables). Each must end as the agent's own outcome (scored, never
 infra_error, nothing raised) and leave the sandbox usable: the honest episode after it, on the
 same env and sandbox, must resolve.
-`swerve bench reliability` plays it (`red_team_tried`, `red_team_rewarded`, `red_team_laundered`).
+`swerve bench reliability` plays it (red_team_harnesses.play_red_team: `red_team_tried`, `red_team_rewarded`, `red_team_laundered`, and
+each per harness and shape).
 """
 from __future__ import annotations
 
-import resource
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List
 
-from bench.adversarial.red_team_targets import Target, targets
+from bench.adversarial.red_team_targets import Target
 from bench.adversarial.tamper_catalogue import rewrite_reports
 
-ALL_FORMATS = ("builtin", "micro", "swebench")
-OWN_FORMATS = ("builtin", "micro")
+ALL_FORMATS = ("builtin", "micro", "swebench", "image")
+# The shapes whose tasks carry hidden cases (the trusted runner calls the function itself): there an
+# answer that only satisfies the visible tests is still no fix. The SWE-bench-shaped task has none.
+OWN_FORMATS = ("builtin", "micro", "image")
+HARNESSES = ("env", "episode")
 
 
 def _append(path: str, code: str) -> str:
@@ -105,6 +110,12 @@ class RedTeamAttempt:
     klass: str  # "forge" or "launder"
     commands: Callable[[Target], tuple[str, ...]]
     formats: tuple[str, ...] = ALL_FORMATS
+
+    def __post_init__(self):
+        # Image rows are SWE-bench rows run in a container (tests only in the test_patch, a
+        # repository without history): what aims at the SWE-bench shape aims at them too.
+        if "swebench" in self.formats and "image" not in self.formats:
+            object.__setattr__(self, "formats", (*self.formats, "image"))
 
 
 CATALOGUE: List[RedTeamAttempt] = [
@@ -192,25 +203,35 @@ CATALOGUE: List[RedTeamAttempt] = [
 ]
 
 
-def play(attempt: RedTeamAttempt, env, target: Target) -> Dict:
-    """The attempt on `target` in `env` (a SWEEnv), then an honest episode (the gold fix) in the
-    same env and sandbox. Never raises: an exception is the finding (`raised`)."""
-    found: Dict = {"name": attempt.name, "klass": attempt.klass, "format": target.format, "raised": ""}
+def play(attempt: RedTeamAttempt, env, target: Target, sandbox=None) -> Dict:
+    """The attempt on `target` in `env` (a SWEEnv; `sandbox` the lease it is handed, None for the
+    env's own local one), then an honest episode (the gold fix) in the same env and sandbox. Never
+    raises: an exception is the finding (`raised`)."""
+    found = opened(attempt, target, "env")
     try:
-        submitted = _episode(env, target, attempt.commands(target))
-        found.update(submitted)
-        honest = _episode(env, target, (target.fix_command,))
+        found.update(_episode(env, target, attempt.commands(target), sandbox))
+        honest = _episode(env, target, (target.fix_command,), sandbox)
         found["honest_after"] = honest["reward"] == 1.0
     except Exception as error:  # noqa: BLE001 - what the machinery raised is what this bench reports
         found["raised"] = f"{type(error).__name__}: {str(error)[:500]}"
         found.setdefault("reward", 0.0)
         found["honest_after"] = False
+    return judged(found)
+
+
+def opened(attempt: RedTeamAttempt, target: Target, harness: str) -> Dict:
+    return {"name": attempt.name, "klass": attempt.klass, "format": target.format, "harness": harness, "raised": ""}
+
+
+def judged(found: Dict) -> Dict:
+    """Laundered: the attempt raised, ended as infra_error, or left a sandbox the gold fix no longer
+    resolves in."""
     found["laundered"] = bool(found["raised"]) or found.get("outcome") == "infra_error" or not found["honest_after"]
     return found
 
 
-def _episode(env, target: Target, commands: tuple[str, ...]) -> Dict:
-    env.reset(options={"task": target.task})
+def _episode(env, target: Target, commands: tuple[str, ...], sandbox=None) -> Dict:
+    env.reset(options={"task": target.task, **({"sandbox": sandbox} if sandbox is not None else {})})
     for command in commands:
         _, _, terminated, _, _ = env.step(f"```bash\n{command}\n```")
         if terminated:
@@ -221,24 +242,16 @@ def _episode(env, target: Target, commands: tuple[str, ...]) -> Dict:
             "unresolved_reason": info.get("unresolved_reason", ""), "submit_s": round(time.monotonic() - started_s, 2)}
 
 
-def play_red_team(work_dir: str) -> Dict:
-    """Every attempt on every target it applies to, in a plain SWEEnv with a local sandbox."""
-    from pathlib import Path
+def tally(played: List[Dict]) -> Dict:
+    """Tried, rewarded (no attempt carries a fix: any reward is a forgery paid) and laundered, in
+    all and per harness and shape ("episode/image")."""
+    def count(rows: List[Dict]) -> Dict:
+        return {"tried": len(rows), "rewarded": sum(p["reward"] > 0 for p in rows),
+                "laundered": sum(p["laundered"] for p in rows)}
 
-    from envs.swe_env import SWEEnv
-
-    env = SWEEnv(sandbox={"workdir_root": work_dir})
-    played = []
-    try:
-        for target in targets(Path(work_dir)).values():
-            played += [play(a, env, target) for a in CATALOGUE if target.format in a.formats]
-    finally:
-        env.close()
-    forged = [p for p in played if p["klass"] == "forge"]
-    return {"red_team_tried": len(played), "red_team_rewarded": sum(p["reward"] > 0 for p in forged),
-            "red_team_laundered": sum(p["laundered"] for p in played if p["klass"] == "launder"),
-            # What grading cost the host: the slowest submit, and this process's peak memory (the
-            # listing, capture and grading side; the sandbox's processes are bounded by its rlimits).
-            "red_team_submit_s_max": max((p.get("submit_s") or 0.0 for p in played), default=0.0),
-            "red_team_host_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "red_team_attempts": played}
+    cells = sorted({(p["harness"], p["format"]) for p in played})
+    total = count(played)
+    return {"red_team_tried": total["tried"], "red_team_rewarded": total["rewarded"],
+            "red_team_laundered": total["laundered"],
+            "red_team_by_cell": {f"{h}/{f}": count([p for p in played if (p["harness"], p["format"]) == (h, f)])
+                                 for h, f in cells}}

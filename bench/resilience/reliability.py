@@ -80,13 +80,15 @@ def tamper_run(cfg: Config, work: Path, steps: int) -> dict:
     report-rewriting conftest.py, rewrites the reports from the source through names built at
     run time, or leaves what once became infra errors: no reward may come of any, and the last
     run may exclude nothing and quarantine nothing."""
-    from bench.adversarial.red_team import play_red_team
+    from actors.stages.policy_setup import ensure_policy
+    from bench.adversarial.red_team_harnesses import play_red_team
     from bench.adversarial.tamper_catalogue import SIM_TAMPER_COMMAND, play_catalogue
 
     (work / "catalogue").mkdir()
     report = play_catalogue(str(work / "catalogue"))
     (work / "red_team").mkdir()
-    report.update(play_red_team(str(work / "red_team")))
+    # Both harnesses: the env alone, and the episode actor (with the run's tokenizer) a run uses.
+    report.update(play_red_team(str(work / "red_team"), ensure_policy(cfg)[0]))
     rl = scripted_agent_run(cfg, work, "rl", steps, SIM_TAMPER_COMMAND)
     report["rl_tamper_rate"] = min(r["tamper_rate"] or 0.0 for r in rl["rows"])
     report["rl_reward_max"] = max(r["reward_mean"] or 0.0 for r in rl["rows"])
@@ -256,6 +258,7 @@ def reliability(cfg: Config, repetitions: int, scenarios: tuple | None = None) -
         "tampers_flagged": tamper.get("tampers_flagged", 0), "tampers_writing": tamper.get("tampers_writing", 0),
         "red_team_tried": tamper.get("red_team_tried", 0), "red_team_rewarded": tamper.get("red_team_rewarded", 0),
         "red_team_laundered": tamper.get("red_team_laundered", 0),
+        "red_team_by_cell": tamper.get("red_team_by_cell", {}), "red_team_skipped": tamper.get("red_team_skipped", {}),
         "rl_forge_reward_max": tamper.get("rl_forge_reward_max"),
         "rl_forge_tamper_rate": tamper.get("rl_forge_tamper_rate"),
         "rl_launder_reward_max": tamper.get("rl_launder_reward_max"),
@@ -296,10 +299,14 @@ def write_report(result: dict) -> None:
              f"| writing tamper attempts flagged (must be all {result['tampers_writing']}) | {result['tampers_flagged']} |",
              f"| RL run with a tampering agent: tamper_rate / best reward_mean (must be 0) | "
              f"{result['rl_tamper_rate']} / {result['rl_tamper_reward_max']} |",
-             f"| red team attempts tried (bench/adversarial/red_team.py, 3 task shapes) | {result['red_team_tried']} |",
-             f"| red team forgeries rewarded (must be 0) | {result['red_team_rewarded']} |",
+             f"| red team attempts tried (bench/adversarial/red_team.py, 4 task shapes x 2 harnesses) | "
+             f"{result['red_team_tried']} |",
+             f"| red team attempts rewarded (must be 0) | {result['red_team_rewarded']} |",
              f"| red team attempts laundered into infra errors or a broken sandbox (must be 0) | "
              f"{result['red_team_laundered']} |",
+             *(f"| red team, {cell}: tried / rewarded / laundered | {c['tried']} / {c['rewarded']} / {c['laundered']} |"
+               for cell, c in result["red_team_by_cell"].items()),
+             *(f"| red team, {shape}: not played | {why.splitlines()[0]} |" for shape, why in result["red_team_skipped"].items()),
              f"| RL run with a forging agent (reports rewritten through built names): tamper_rate / best "
              f"reward_mean (must be 0) | {result['rl_forge_tamper_rate']} / {result['rl_forge_reward_max']} |",
              f"| RL run with a laundering agent: best reward_mean / infra_excluded / quarantined (must be 0) | "
