@@ -1,9 +1,11 @@
 """envs/grading/constant_fold.py: literal arithmetic is folded where it spells a name, and never
 costs the host more than a small bound however large the literal arithmetic an agent writes."""
 import ast
+import bz2
 import resource
 import textwrap
 import tracemalloc
+import zlib
 
 import pytest
 
@@ -35,7 +37,11 @@ HUGE = {
     "bytes-size": 'bytes(10**9)',
     "ljust-width": '"a".ljust(10**9)',
     "range-list": 'list(range(-10**6, 10**6))',
-    "zlib-bomb": 'codecs.decode(b"x\\x9c" + bytes(100), "zlib")',
+    "zlib-bomb": f'codecs.decode({zlib.compress(bytes(4 << 20))!r}, "zlib")',
+    "bz2-bomb": f'codecs.decode({bz2.compress(bytes(1 << 26))!r}, "bz2")',
+    "pure-function-mapped": 'list(map(bytes, [10**9]))',
+    "pure-function-as-key": 'sorted([10**9], key=bytes)',
+    "format-mapped": 'list(map(format, [1], ["999999999"]))',
     "sum-of-lists": 'sum([[0] * 4096] * 4096, [])',
 }
 
