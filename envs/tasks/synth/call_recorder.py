@@ -2,20 +2,22 @@
 
 One clean baseline run of the suite loads envs/tasks/synth/recorder_plugin.py, which records calls to
 the module-level functions, static and class methods, and methods of the files mutations are drawn
-from, when their arguments and return value are plain JSON (at most MAX_CALLS_PER_FUNCTION distinct
-calls per function, each call at most MAX_CALL_CHARS of JSON). A method's call carries how its
-receiver is rebuilt: the plain arguments it was constructed with (init) and at most MAX_STEPS
-earlier method calls on it (steps), recorded only while the receiver's state is what they made. `CallRecorder.book` replays them on the clean copy with the
+from, when their arguments, and their return value unless they raised, are plain JSON (at most
+MAX_CALLS_PER_FUNCTION distinct calls per function, each call at most MAX_CALL_CHARS of JSON). A
+method's call carries how its receiver is rebuilt: the plain arguments it was constructed with
+(init) and at most MAX_STEPS earlier method calls on it (steps), recorded only while the
+receiver's state is what those made. `CallRecorder.book` replays them on the clean copy with the
 grader's own runner (envs/tasks/hidden_runner.py, `python -I -B`, the repository root on sys.path,
-as the grader runs it) and keeps the calls that reproduce their recorded value: what a test saw,
-what the grader can import and what does not depend on the process it ran in.
+as the grader runs it) and keeps the calls that reproduce their recorded value, or that raised in
+the tests and raise an exception class the runner can name: what a test saw, what the grader can
+import and what does not depend on the process it ran in.
 
 For a kept mutation inside function or method F (or a function nested in it), `CallBook.cases`
 replays F's calls on the mutated copy (inside a method no call of which was recorded, such as
 __init__ or a helper the class's public methods call: up to MAX_CALLS_PER_FUNCTION calls of the
-class's other methods, taken in turn); the hidden cases are up to MAX_DIFFERING calls whose value
-changed and up to MAX_AGREEING that did not, each expecting its CLEAN value. None differ: no hidden
-cases (the task is still made; its tests grade it as before).
+class's other methods, taken in turn); the hidden cases are up to MAX_DIFFERING calls whose
+outcome changed and up to MAX_AGREEING that did not, each expecting its CLEAN outcome. None
+differ: no hidden cases (the task is still made; its tests grade it as before).
 """
 from __future__ import annotations
 
