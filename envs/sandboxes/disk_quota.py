@@ -13,6 +13,7 @@ lease's memory limit, and the grader's own commands, run in that limit, would be
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -46,6 +47,20 @@ _TOOL_TIMEOUT_S = 120.0
 _MIN_INODES = 1 << 18
 _BYTES_PER_INODE = 4096
 _MIB = 1024 * 1024
+# The smallest sandbox.disk_mb an ext4 image holds with room for a workspace.
+MIN_DISK_MB = 8
+# How long measuring a lease's disk (the counted quota) may take before it counts as over.
+MEASURE_TIMEOUT_S = 10.0
+_warned_no_loop_disk = False
+
+
+def check_limits(disk_mb: int, tmpfs_mb: int) -> None:
+    """ValueError naming the fix for sandbox.disk_mb or sandbox.tmpfs_mb out of bounds (checked by the
+    backend: a SandboxConfig built in code never went through the config loader)."""
+    if disk_mb != 0 and disk_mb < MIN_DISK_MB:
+        raise ValueError(f"sandbox.disk_mb={disk_mb}; it must be 0 (no quota) or at least {MIN_DISK_MB}")
+    if tmpfs_mb < 1:
+        raise ValueError(f"sandbox.tmpfs_mb={tmpfs_mb}; it must be at least 1 (e.g. sandbox.tmpfs_mb=256)")
 
 
 def _mounts() -> List[Tuple[str, str]]:
@@ -190,6 +205,42 @@ class LoopDisk:
             os.unlink(self.image)
         except FileNotFoundError:
             pass  # never made, or removed before
+
+
+def mount_lease_disk(lease_dir: Path, workspace: Path, disk_mb: int, why_not: Optional[str]) -> Optional[LoopDisk]:
+    """The lease's own file system of disk_mb mounted at `workspace` (made here); None where none
+    can be mounted (why_not, or the mount failed), with one logged warning: the quota is counted."""
+    global _warned_no_loop_disk
+    if why_not is None:
+        sweep_stale_disks()
+        workspace.mkdir()
+        try:
+            return LoopDisk.create(lease_dir / image_name(os.getpid()), workspace, disk_mb)
+        except OSError as error:  # e.g. no free loop device, or a container that may not mount
+            workspace.rmdir()
+            why_not = str(error)
+    if not _warned_no_loop_disk:
+        _warned_no_loop_disk = True
+        log.warning("no loop image for sandbox.disk_mb (%s): each lease's disk is measured after every "
+                    "command instead, and one command can write past the quota within its time limit", why_not)
+    return None
+
+
+def out_of_space(error: OSError) -> bool:
+    """Whether a copy failed for want of space (copytree gathers per-file errors in one shutil.Error)."""
+    full = (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        return any(os.strerror(code) in str(why) for *_, why in error.args[0] for code in full)
+    return error.errno in full
+
+
+def over_quota(workspace: Path, disk_mb: int) -> str:
+    """How a workspace is over disk_mb ("took N MB, over ..."), "" when it is not (the counted quota)."""
+    used_bytes = measure_bytes(workspace, MEASURE_TIMEOUT_S)
+    if used_bytes is not None and used_bytes <= disk_mb * _MIB:
+        return ""
+    used = f"{used_bytes / _MIB:.0f} MB" if used_bytes is not None else f"more than du measures in {MEASURE_TIMEOUT_S:.0f} s"
+    return f"took {used}, over its quota sandbox.disk_mb={disk_mb}"
 
 
 def measure_bytes(path: Path, timeout_s: float) -> Optional[int]:

@@ -27,7 +27,6 @@ read-only.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
 import os
 import shutil
@@ -44,8 +43,8 @@ from configs.schema import SandboxCgroup, SandboxConfig, SandboxIsolation
 from envs.sandboxes.cgroups import LeaseCgroup
 from envs.sandboxes.exec_channel import ExecServer, ExecServerError, server_command
 from envs.sandboxes.container_sandbox import scrub_history_script
-from envs.sandboxes.disk_quota import (LEASE_PREFIX, LoopDisk, image_name, lease_root, loop_unavailable_reason,
-                                       measure_bytes, sweep_stale_disks)
+from envs.sandboxes.disk_quota import (LEASE_PREFIX, LoopDisk, check_limits, lease_root, loop_unavailable_reason,
+                                       mount_lease_disk, out_of_space, over_quota)
 from envs.sandboxes.gateway_route import checked_ro_binds, make_gateway_dir
 # clean_env and _python_dirs re-exported: callers and tests reach them through this module.
 from envs.sandboxes.jail_argv import _JAIL_MOUNTS, _bwrap_argv, _python_dirs, clean_env  # noqa: F401
@@ -64,19 +63,8 @@ CGROUP_MODES = get_args(SandboxCgroup)
 _MIB = 1024 * 1024
 _warned_unisolated = False
 _warned_no_cgroup = False
-_warned_no_loop_disk = False
-# The smallest sandbox.disk_mb an ext4 image holds with room for a workspace.
-MIN_DISK_MB = 8
-# How long measuring a lease's disk (the counted quota) may take before it counts as over.
-MEASURE_TIMEOUT_S = 10.0
 # Joins the cgroups named before "--" (by writing its pid to their cgroup.procs), then execs the rest.
 _JOIN_CGROUP = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-def _out_of_space(error: OSError) -> bool:
-    """Whether a copy failed for want of space (copytree gathers per-file errors in one shutil.Error)."""
-    full = (errno.ENOSPC, errno.EDQUOT)
-    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
-        return any(os.strerror(code) in str(why) for *_, why in error.args[0] for code in full)
-    return error.errno in full
 
 
 class LocalSandbox:
@@ -87,10 +75,7 @@ class LocalSandbox:
             raise ValueError(f"sandbox.isolation={config.isolation!r}; allowed: {list(ISOLATION_MODES)}")
         if config.cgroup not in CGROUP_MODES:
             raise ValueError(f"sandbox.cgroup={config.cgroup!r}; allowed: {list(CGROUP_MODES)}")
-        if config.disk_mb != 0 and config.disk_mb < MIN_DISK_MB:
-            raise ValueError(f"sandbox.disk_mb={config.disk_mb}; it must be 0 (no quota) or at least {MIN_DISK_MB}")
-        if config.tmpfs_mb < 1:
-            raise ValueError(f"sandbox.tmpfs_mb={config.tmpfs_mb}; it must be at least 1 (e.g. sandbox.tmpfs_mb=256)")
+        check_limits(config.disk_mb, config.tmpfs_mb)
         self.config = config
         self._root = lease_root(config.workdir_root)
         # Why a lease cannot have its own loop image here (None: it can); then the quota is counted.
@@ -164,13 +149,11 @@ class LocalSandbox:
         """Without a loop image: a workspace over sandbox.disk_mb after a command is put back to the
         task's initial state before it fills the host further, and the command says so (its exit
         code made non-zero): the agent's own outcome, its episode goes on."""
-        used_bytes = measure_bytes(self.workspace, MEASURE_TIMEOUT_S)
-        if used_bytes is not None and used_bytes <= self.config.disk_mb * _MIB:
+        over = over_quota(self.workspace, self.config.disk_mb)
+        if not over:
             return result
         self.reset()
-        used = f"{used_bytes / _MIB:.0f} MB" if used_bytes is not None else f"more than du measures in {MEASURE_TIMEOUT_S:.0f} s"
-        notice = (f"\n[sandbox] the workspace took {used}, over its quota sandbox.disk_mb={self.config.disk_mb}: "
-                  f"it was put back to the task's initial state")
+        notice = f"\n[sandbox] the workspace {over}: it was put back to the task's initial state"
         return dataclasses.replace(result, exit_code=result.exit_code or 1, output=result.output + notice)
 
     def _exec_jailed(self, command: str, timeout_s: float) -> ExecResult:
@@ -327,37 +310,23 @@ class LocalSandbox:
     def _make_disk(self) -> Optional[LoopDisk]:
         """The lease's own file system of sandbox.disk_mb, mounted at its workspace; None without a
         quota, or where none can be mounted (then the quota is counted, with one logged warning)."""
-        global _warned_no_loop_disk
         if not self.config.disk_mb:
             return None
-        why_not = self._no_loop_disk
-        if why_not is None:
-            sweep_stale_disks()
-            self.workspace.mkdir()
-            try:
-                return LoopDisk.create(self._lease_dir / image_name(os.getpid()), self.workspace, self.config.disk_mb)
-            except OSError as error:  # e.g. no free loop device, or a container that may not mount
-                self.workspace.rmdir()
-                why_not = str(error)
-        if not _warned_no_loop_disk:
-            _warned_no_loop_disk = True
-            log.warning("no loop image for sandbox.disk_mb (%s): each lease's disk is measured after every "
-                        "command instead, and one command can write past the quota within its time limit", why_not)
-        return None
+        return mount_lease_disk(self._lease_dir, self.workspace, self.config.disk_mb, self._no_loop_disk)
 
     def _copy_workspace(self) -> None:
         try:
             # A loop image's workspace is its mount point, there already.
             shutil.copytree(self._task.workspace_dir, self.workspace, symlinks=True, dirs_exist_ok=self._disk is not None)
         except OSError as error:
-            if self._disk is None or not _out_of_space(error):
+            if self._disk is None or not out_of_space(error):
                 raise
             raise OSError(f"the task's files do not fit sandbox.disk_mb={self.config.disk_mb} (raise it): "
                           f"{str(error)[:500]}") from error
         if self.config.disk_mb and self._disk is None:
-            used_bytes = measure_bytes(self.workspace, MEASURE_TIMEOUT_S)
-            if used_bytes is None or used_bytes > self.config.disk_mb * _MIB:
-                raise OSError(f"the task's files do not fit sandbox.disk_mb={self.config.disk_mb} (raise it)")
+            over = over_quota(self.workspace, self.config.disk_mb)
+            if over:
+                raise OSError(f"the task's files do not fit sandbox.disk_mb={self.config.disk_mb} (raise it): they {over}")
         if (self.workspace / ".git").exists():
             # No answer in reach: the copy keeps the files, not the history (the fix may be in it).
             scrub = run_process([self._bash, "-c", scrub_history_script(str(self.workspace))], clean_env(), "/",

@@ -45,9 +45,9 @@ def test_writes_past_the_loop_quota_fail_in_the_command_and_the_host_keeps_its_d
 def test_without_a_loop_image_a_workspace_over_the_quota_is_reset_and_told(make_sandbox, isolation, task_by_id,
                                                                          monkeypatch, caplog):
     monkeypatch.setattr(local_sandbox_module, "loop_unavailable_reason", lambda: "not root (a test)")
-    monkeypatch.setattr(local_sandbox_module, "_warned_no_loop_disk", False)
+    monkeypatch.setattr(disk_quota, "_warned_no_loop_disk", False)
     box = make_sandbox(isolation=isolation, disk_mb=20)
-    with caplog.at_level(logging.WARNING, logger="envs.sandboxes.local_sandbox"):
+    with caplog.at_level(logging.WARNING, logger="envs.sandboxes.disk_quota"):
         box.start(task_by_id["textkit-001"])
     assert "no loop image for sandbox.disk_mb (not root (a test))" in caplog.text
     assert box.exec("head -c 5M /dev/zero > small.bin").exit_code == 0  # under the quota: kept
