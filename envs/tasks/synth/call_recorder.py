@@ -37,6 +37,8 @@ from envs.tasks.task import HiddenCase
 
 PLUGIN_NAME = "swerve_call_recorder"
 PLUGIN_SOURCE = (Path(__file__).resolve().parent / "recorder_plugin.py").read_text()
+# The plugin imports its value helpers under this name, from the same private folder.
+VALUES_SOURCE = (Path(__file__).resolve().parent / "recorder_values.py").read_text()
 CONFIG_ENV = "SWERVE_CALL_RECORDER"
 MAX_CALLS_PER_FUNCTION = 20
 # Calls of one function looked at (encoded) before the recorder gives up on it: bounds the cost
@@ -150,6 +152,7 @@ class CallRecorder:
         self.scratch, self.workdir = scratch, workdir
         scratch.mkdir(parents=True, exist_ok=True)
         (scratch / f"{PLUGIN_NAME}.py").write_text(PLUGIN_SOURCE)
+        (scratch / "swerve_recorder_values.py").write_text(VALUES_SOURCE)
         self.out = scratch / "recording.json"
         self.config = scratch / "recorder.json"
         root = os.path.realpath(workdir)

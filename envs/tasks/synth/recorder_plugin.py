@@ -25,76 +25,17 @@ The profiler only runs during a test's setup and call phases, and gives up on a 
 class's constructions) after `max_seen_per_function` calls, so a hot helper costs a bounded number
 of JSON encodings.
 """
-import dis
 import json
-import math
 import os
 import sys
 import types
 
 import pytest
+from swerve_recorder_values import RAISED, THREW, UNSET, plain_json, resolve, returned, state_of
 
 _CONFIG_ENV = "SWERVE_CALL_RECORDER"
-# A value with more nodes than this is refused before it is encoded: its JSON would exceed any
-# sensible per-call size anyway, and walking it must stay cheap.
-_MAX_NODES = 512
 _UNPLAIN_FLAGS = 0x20 | 0x80 | 0x100 | 0x200  # generator, coroutine, iterable coroutine, async generator
 _VARIADIC_FLAGS = 0x04 | 0x08  # *args, **kwargs: a positional replay cannot reproduce the call
-
-
-def plain_json(value, max_chars):
-    """JSON text of value when it is plain JSON by exact type and at most max_chars long, else None."""
-    stack, nodes = [value], 0
-    while stack:
-        item = stack.pop()
-        nodes += 1
-        if nodes > _MAX_NODES:
-            return None
-        kind = type(item)
-        if kind is float:
-            if not math.isfinite(item):
-                return None
-        elif kind is list:
-            stack.extend(item)
-        elif kind is dict:
-            if any(type(key) is not str for key in item):
-                return None
-            stack.extend(item.values())
-        elif not (item is None or kind in (bool, int, str)):
-            return None
-    text = json.dumps(value)
-    return text if len(text) <= max_chars else None
-
-
-def state_of(obj, max_chars):
-    """The receiver's attributes as compared between calls: plain JSON, or a value's identity."""
-    kind, names = type(obj), []
-    for klass in kind.__mro__:
-        slots = klass.__dict__.get("__slots__", ())
-        names.extend(name for name in ([slots] if type(slots) is str else slots)
-                      if name not in ("__dict__", "__weakref__"))
-    values = {name: getattr(obj, name, _UNSET) for name in names}  # a slot never set reads as _UNSET
-    if kind.__dictoffset__:
-        values.update(object.__getattribute__(obj, "__dict__"))
-    return sorted((name, plain_json(value, max_chars) or ("id", id(value))) for name, value in values.items())
-
-
-_UNSET = object()
-# The result recorded for a call that raised (no JSON text starts with "!").
-RAISED = "!raised"
-_THREW = object()  # what a pending call is given when it raised (a returned value cannot be it)
-# Bytecode a function leaves through when it returns; any other last instruction raised.
-_RETURN_OPS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
-
-
-def _returned(frame):
-    return frame.f_lasti >= 0 and frame.f_code.co_code[frame.f_lasti] in _RETURN_OPS
-
-
-def _resolve(root, qualname):
-    for part in qualname.split("."):
-        root = getattr(root, part, None)
-    return root
 
 
 class Life:
@@ -138,7 +79,7 @@ class Recorder:
                        if isinstance(value, type) and value.__module__ == imported]
             while classes:
                 cls = classes.pop()
-                if _resolve(module, cls.__qualname__) is cls:  # what the runner's "Class.method" reaches
+                if resolve(module, cls.__qualname__) is cls:  # what the runner's "Class.method" reaches
                     self._index(replayed, cls)
                 classes.extend(value for value in vars(cls).values()
                                if isinstance(value, type) and value.__qualname__.startswith(cls.__qualname__ + "."))
@@ -192,7 +133,7 @@ class Recorder:
         elif event == "return" and self.pending:
             entered = self.pending.pop(id(frame), None)
             if entered is not None:
-                entered(arg if _returned(frame) else _THREW)
+                entered(arg if returned(frame) else THREW)
 
     def _encode_args(self, frame, key, skip):
         seen = self.seen.get(key, 0)
@@ -218,7 +159,7 @@ class Recorder:
         self.lives.pop(id(receiver), None)  # a new object at a freed one's address
         init_json = self._encode_args(frame, classes[type(receiver)], 1)
         if init_json is not None:
-            self.pending[id(frame)] = lambda value: value is _THREW or self._born(receiver, init_json)
+            self.pending[id(frame)] = lambda value: value is THREW or self._born(receiver, init_json)
 
     def _born(self, receiver, init_json):
         self.lives[id(receiver)] = Life(type(receiver), init_json, state_of(receiver, self.max_chars))
@@ -258,7 +199,7 @@ class Recorder:
         """A Life for an instance of a class built without arguments or code of its own, while
         nothing is set on it yet: it is what `Class()` makes, however it was made."""
         state = state_of(receiver, self.max_chars)
-        if any(value != ("id", id(_UNSET)) for _, value in state):
+        if any(value != ("id", id(UNSET)) for _, value in state):
             return None
         life = self.lives[id(receiver)] = Life(type(receiver), "[]", state)
         return life
@@ -266,7 +207,7 @@ class Recorder:
     def _after(self, receiver, life, value):
         life.depth -= 1
         if life.depth == 0 and self.lives.get(id(receiver)) is life:
-            if value is _THREW:  # the runner stops at a step that raises: no later call is replayable
+            if value is THREW:  # the runner stops at a step that raises: no later call is replayable
                 del self.lives[id(receiver)]
                 return
             life.steps.append(life.running)
@@ -292,7 +233,7 @@ class Recorder:
     def _leave(self, key, call, value, room):
         kept = self.kept[key]
         # Which exception a call raised is not known here: the host's clean replay names it.
-        result_json = RAISED if value is _THREW else plain_json(value, room)
+        result_json = RAISED if value is THREW else plain_json(value, room)
         if result_json is not None and len(kept) < self.max_calls:
             kept.setdefault(call, result_json)
 
