@@ -4,10 +4,11 @@ Loop image (root, loop devices, mkfs.ext4): a lease's workspace is its own ext4 
 sparse image file of disk_mb under the lease folder. A write past it fails with ENOSPC in the
 agent's own command (its outcome, never the host's disk); reset makes a fresh file system instead
 of walking what the agent left. A mount needs root, so without one the lease falls back to:
-Counted: after every command the lease folder is measured (`du -sx`, bounded in time) and a
+Counted: after every command the workspace is measured (`du -sx`, bounded in time) and a
 workspace over the quota is put back to the task's initial state, the agent told why. One command
-can then write past the quota for as long as its time limit lets it; the loop image cannot be
-written past at all.
+can then write past the quota for as long as its time limit lets it, and grading's commands are
+counted too (the agent's code writing during the tests resets the workspace under the grader);
+the loop image cannot be written past at all.
 A workspace on a memory-backed file system (tmpfs, ramfs) is refused: its files would pin the
 lease's memory limit, and the grader's own commands, run in that limit, would be OOM-killed.
 """
