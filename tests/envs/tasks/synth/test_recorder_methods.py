@@ -211,3 +211,20 @@ def test_a_class_imported_under_another_name_is_found_by_its_file(tmp_path):
     assert run.passed == {"tests/test_things.py::test_methods"}, run.output[-2000:]
     book = recorder.book(sys.executable, 60)
     assert ("src.pkg.things", "Tally.peek") in book.calls and ("src.pkg.things", "Slotted.last") in book.calls
+
+
+@pytest.mark.slow
+def test_the_cli_writes_method_cases_that_load_back(tmp_path, capsys, monkeypatch):
+    from envs.tasks.loaders import load_tasks
+    from envs.tasks.synth import cli
+
+    monkeypatch.setenv("SWERVE_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "rows.jsonl"
+    assert cli.main(["--repo", str(make_class_fixture_repo(tmp_path)), "--out", str(out), "-n", "2", "--quiet"]) == 0
+    assert "with hidden cases: 2 of 2" in capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    written = [case for row in rows for case in row["hidden_cases"]]
+    assert written and all(json.loads(case["init_json"]) for case in written)
+    loaded = [case for task in load_tasks(str(out)) for case in task.hidden_cases]
+    assert [(case.function, case.init_json, case.steps_json) for case in loaded] == [
+        (case["function"], case["init_json"], case["steps_json"]) for case in written]
