@@ -265,3 +265,20 @@ def test_added_code_is_judged_as_python_decodes_it():
     assert "import of module 'os'" in added_code_reason(BASE, attack)
     assert added_code_reason(BASE, "\ufeff" + BASE) == ""  # a BOM is not code
     assert "refuse" in added_code_reason(BASE, "# coding: nonsense-codec\n" + BASE)
+
+
+def test_added_lines_of_a_large_repetitive_change_cost_little_and_judge_more_not_less():
+    import resource
+
+    # 20,000 equal line pairs: difflib alone took minutes of host CPU on such a file.
+    old, new = "y = 1\n" * 20000, "y = 1\nz = 2\n" * 20000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    found = added_lines(old, new)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 5.0
+    assert found == set(range(2, 40001, 2))
+    # past the bound, a head and tail in common are still not added; what is between is counted
+    big = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(300))
+    assert added_lines(big, big.replace("return x + 7\n", "return x - 7\n")) == {30}
+    assert added_lines(big, "import os\n" + big) == {1}
+    shuffled = big + "".join(f"y{i} = getattr(x, n)\n" for i in range(300))
+    assert "getattr" in added_code_reason(big + "y0 = getattr(x, n)\n" * 300, shuffled)
