@@ -152,3 +152,11 @@ def test_compiled_extension_modules_are_tampering_in_the_own_formats(micro, sweb
         assert "compiled extension" in reason(f"pkg/mod{suffix}", micro, new=True), suffix
         assert reason(f"pkg/mod{suffix}", swebench, new=True) == ""
     assert reason("textkit/case.py", micro) == "" and reason("notes.txt", micro, new=True) == ""
+
+
+def test_a_source_file_too_large_to_parse_cheaply_is_tampering_only_where_the_detectors_judge(micro, swebench):
+    from envs.grading.protection import MAX_JUDGED_SOURCE_CHARS
+
+    huge = MICRO_MODULE + "x = 1\n" * (MAX_JUDGED_SOURCE_CHARS // 6)
+    assert "more than the detectors judge" in source_reason("mod.py", MICRO_MODULE, huge, micro)
+    assert source_reason("mod.py", MICRO_MODULE, huge, swebench) == ""
