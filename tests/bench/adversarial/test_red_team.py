@@ -79,7 +79,8 @@ def test_attempt_on_its_other_shapes_ends_as_the_agents_own_outcome(attempt, fmt
 
 def _needs_image(fmt, request):
     """The image shape needs a Docker engine (skips where none can run) and its image, built for
-    each play: other sessions on the same engine remove the suite's images when they end."""
+    each play (~0.5 s when present): other sessions on the same engine remove the suite's images.
+    It is kept after, as `make docker` keeps them (a cache, labelled swerve.cache=task-image)."""
     if fmt == "image":
         request.getfixturevalue("docker_image")
         image_suite.build([BUILTIN_TASK_ID])
