@@ -3,8 +3,9 @@
 `python3 -I -S grade_supervisor.py DIR INPUT`, run by the grader's script (envs/grading/reported_run.py)
 as the last process of its command, so the command's output is this process's own. DIR is the
 grader's fresh folder (the plugin is there); INPUT, in the workspace, is a JSON object {"command",
-"plugin" (the report plugin's module name), "tests" (node ids), "changed" (workspace paths the agent
-changed), "per_test", "timeout_s", "shown_bytes", "mark"}; it is read, then deleted.
+"plugin" (the report plugin's module name), "tests" (node ids), "changed_paths" (workspace paths
+the agent changed), "per_test", "timeout_s", "shown_bytes", "mark", "hidden" (null, or the hidden
+cases to run first: {"cases_json", "exclude", "timeout_s", "max_bytes"})}; it is read, then deleted.
 
 Why a process of its own: the report must come through a channel the tested code cannot write.
 This process makes itself non-dumpable first (so a process of the same user cannot open
@@ -17,7 +18,12 @@ pytest process of its own, so what one test's code does to pytest cannot reach a
 
 It prints the tail of the runs' output, then the frame "<mark> result", one line of base64 of the
 zlib-compressed JSON {"runs": [{"tests": [...], "exit_code", "timed_out", "report" (the plugin's
-text or null), "channel" ("" or why it cannot be trusted)}]}, and "<mark> end".
+text or null), "channel" ("" or why it cannot be trusted)}], "hidden": the hidden runner's results
+text or null}, and "<mark> end".
+
+Hidden cases (envs/tasks/hidden_runner.py) run first, before any test, in a process of their own
+over a copy of the view without the test files: nothing the tests expect, and nothing their run
+writes, is in reach of the code they call; the expected values never enter the sandbox.
 Standard library only, Python 3.6+: it runs on the task's interpreter (a SWE-bench image's).
 """
 import base64
@@ -126,6 +132,54 @@ def run_pytest(spec, tests, out, deadline_s):
     return {"tests": tests, "exit_code": code, "timed_out": timed_out, "report": text, "channel": channel}
 
 
+def remove_tree(path):
+    """Delete a tree the tested code may have made unwritable (chmod 000 folders)."""
+    def unlock(function, failed, _):
+        os.chmod(os.path.dirname(failed), 0o700)
+        if os.path.isdir(failed) and not os.path.islink(failed):
+            os.chmod(failed, 0o700)
+        function(failed)
+    shutil.rmtree(path, onerror=unlock)
+
+
+def run_hidden(hidden, folder):
+    """The hidden cases' results (the runner's JSON text, or None), run before any test: in a
+    process of their own, over a copy of the view without the test files (hidden["exclude"]), with
+    HOME and TMPDIR in a folder of their own; the copy is deleted once the runner ended."""
+    view, home = os.path.join(folder, "view"), os.path.join(folder, "home")
+    shutil.copytree(".", view, symlinks=True, ignore=shutil.ignore_patterns(".git", ".hg"))
+    os.mkdir(home)
+    for path in hidden["exclude"]:
+        target = os.path.join(view, path)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            os.remove(target)
+    cases, results = os.path.join(folder, "cases.json"), os.path.join(folder, "results.json")
+    with open(cases, "w", encoding="utf-8") as handle:
+        handle.write(hidden["cases_json"])
+    env = dict(os.environ, HOME=home, TMPDIR=home, PYTHONNOUSERSITE="1")
+    runner = subprocess.Popen([sys.executable, "-I", os.path.join(folder, "hidden_runner.py"), cases, results],
+                              cwd=view, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        runner.wait(timeout=float(hidden["timeout_s"]))
+    except subprocess.TimeoutExpired:
+        runner.kill()
+        runner.wait()
+    try:
+        os.killpg(runner.pid, signal.SIGKILL)  # what the cases' code left running in the background
+    except OSError:
+        pass  # the group had ended: nothing was left
+    text = None
+    if os.path.isfile(results):
+        with open(results, "rb") as handle:
+            text = handle.read(int(hidden["max_bytes"]) + 1).decode("utf-8", "replace")
+    remove_tree(view)
+    remove_tree(home)
+    return text
+
+
 def main():
     not_dumpable()
     folder, input_path = sys.argv[1], sys.argv[2]
@@ -139,6 +193,7 @@ def main():
     spec["changed"] = os.path.join(folder, "changed.txt")
     with open(spec["changed"], "w", encoding="utf-8") as handle:
         handle.write("".join(os.path.abspath(path) + "\n" for path in spec.pop("changed_paths")))
+    hidden = run_hidden(spec["hidden"], folder) if spec.get("hidden") else None
     deadline_s = time.monotonic() + float(spec["timeout_s"])
     log = os.path.join(folder, "out.log")
     runs = []
@@ -163,7 +218,7 @@ def main():
     with open(log, "rb") as handle:
         handle.seek(max(0, os.path.getsize(log) - int(spec["shown_bytes"])))
         shown = handle.read()
-    payload = base64.b64encode(zlib.compress(json.dumps({"runs": runs}).encode("utf-8"))).decode("ascii")
+    payload = base64.b64encode(zlib.compress(json.dumps({"runs": runs, "hidden": hidden}).encode("utf-8"))).decode("ascii")
     shutil.rmtree(folder, ignore_errors=True)
     sys.stdout.buffer.write(shown)
     sys.stdout.buffer.write("\n{0} result\n{1}\n{0} end\n".format(spec["mark"], payload).encode("ascii"))

@@ -1,8 +1,8 @@
 """SWE-bench's grading rule, read through a channel the tested code does not write.
 
 Resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passed, the run exited 0 and every hidden
-case (Task.hidden_cases) returned its expected value. The hidden cases run first, apart
-(envs/grading/hidden_run.py). For a pytest test command each listed test's status comes from the
+case (Task.hidden_cases) returned its expected value. The hidden cases run first, before any test,
+apart (envs/grading/hidden_run.py). For a pytest test command each listed test's status comes from the
 grader's own plugin (envs/grading/grade_report.py) through a pipe of the grading supervisor's
 (envs/grading/grade_supervisor.py, read back by envs/grading/reported_run.py), is cross-checked
 against the run's exit code and the plugin's check that pytest's machinery is intact; the tested
@@ -21,9 +21,10 @@ from typing import Dict, List, Optional, Sequence, get_args
 
 from configs.schema.env import GradeIsolation
 from envs.grading import reported_run
-from envs.grading.hidden_run import run_hidden_cases
+from envs.grading.hidden_run import hidden_spec
 from envs.grading.reported_run import GRADING_MARK, SHOWN_OUTPUT_BYTES
 from envs.tasks.hidden_cases import PASSED as CASE_PASSED
+from envs.tasks.hidden_cases import compare
 from envs.outcomes import InfraError, InfraSource, WorkspaceError
 from envs.tasks.pytest_summary import MISSING, PASSED, parse_test_status
 from envs.sandboxes.sandbox import Sandbox
@@ -111,18 +112,17 @@ def grade(sandbox: Sandbox, task: Task, timeout_s: float, isolation: str = "suit
         raise ValueError(f"grade isolation {isolation!r}; allowed: {list(GRADE_ISOLATION)}")
     tests = list(dict.fromkeys(task.fail_to_pass + task.pass_to_pass))
     try:
-        hidden = {}
-        if task.hidden_cases and reports_per_test(task.test_command):
-            hidden = run_hidden_cases(sandbox, task, _hidden_from_the_cases(task, tests), timeout_s)
         sandbox.write_files(dict(task.test_files))
         if task.test_patch:
             _apply_test_patch(sandbox, task, timeout_s)
-        if reports_per_test(task.test_command):
-            verdict = reported_run.run(sandbox, tests, changed, task.test_command, isolation == "per_test", timeout_s)
-        else:
+        if not reports_per_test(task.test_command):
             return _grade_by_summary(sandbox, task, tests, timeout_s)
+        spec = hidden_spec(task, _hidden_from_the_cases(task, tests), timeout_s) if task.hidden_cases else None
+        verdict = reported_run.run(sandbox, tests, changed, task.test_command, isolation == "per_test", timeout_s,
+                                   spec)
     except InfraError as error:
         raise InfraError(InfraSource.GRADER, f"grading {task.id}: {error}") from error
+    hidden = compare(task.hidden_cases, verdict.hidden_results) if task.hidden_cases else {}
     resolved = (not verdict.problems and verdict.exit_code == 0 and all(verdict.status[t] == PASSED for t in tests)
                 and all(s == CASE_PASSED for s in hidden.values()))
     shown = verdict.output + "".join(f"\ngrading: {problem}" for problem in verdict.problems)

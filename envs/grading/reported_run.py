@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from envs.grading.hidden_run import RUNNER_FILE, RUNNER_SOURCE
 from envs.grading.hostile_json import HostileJSONError, load_bounded
 from envs.sandboxes.sandbox import ExecResult, Sandbox
 from envs.tasks.pytest_summary import MISSING, PASSED
@@ -47,21 +48,25 @@ class RunVerdict:
     exit_code: int
     output: str
     problems: List[str] = field(default_factory=list)
+    # The hidden runner's results JSON text (None: not run, or nothing came back).
+    hidden_results: Optional[str] = None
 
 
-def input_file(tests: Sequence[str], changed: Sequence[str], command: str, per_test: bool, timeout_s: float) -> tuple:
-    """(nonce, the input file's text) for one supervised run."""
+def input_file(tests: Sequence[str], changed: Sequence[str], command: str, per_test: bool, timeout_s: float,
+               hidden: Optional[dict] = None) -> tuple:
+    """(nonce, the input file's text) for one supervised run (envs/grading/grade_supervisor.py)."""
     nonce = secrets.token_hex(8)
     return nonce, json.dumps({"command": command, "plugin": f"swerve_report_{nonce}", "tests": list(tests),
                               "changed_paths": list(changed), "per_test": per_test, "timeout_s": timeout_s,
-                              "shown_bytes": SHOWN_OUTPUT_BYTES, "mark": f"{GRADING_MARK}{nonce}"})
+                              "shown_bytes": SHOWN_OUTPUT_BYTES, "mark": f"{GRADING_MARK}{nonce}", "hidden": hidden})
 
 
-def script(nonce: str) -> str:
-    """The grading command: the plugin and the supervisor written by the command's own user into a
-    fresh folder outside the workspace (a container backend writes files as another user), then
-    the supervisor, last, so the command's output ends with its frame."""
-    files = {f"swerve_report_{nonce}.py": PLUGIN_SOURCE, "supervisor.py": SUPERVISOR_SOURCE}
+def script(nonce: str, hidden: bool = False) -> str:
+    """The grading command: the plugin and the supervisor (and the hidden runner) written by the
+    command's own user into a fresh folder outside the workspace (a container backend writes files
+    as another user), then the supervisor, last, so the command's output ends with its frame."""
+    files = {f"swerve_report_{nonce}.py": PLUGIN_SOURCE, "supervisor.py": SUPERVISOR_SOURCE,
+             **({RUNNER_FILE: RUNNER_SOURCE} if hidden else {})}
     writes = [f'printf %s {base64.b64encode(text.encode()).decode()} | base64 -d > "$d/{name}" || exit 97'
               for name, text in files.items()]
     return "\n".join([f"# {GRADING_MARK}{nonce}", "d=$(mktemp -d /tmp/swerve-grade.XXXXXXXX) || exit 97", *writes,
@@ -69,16 +74,20 @@ def script(nonce: str) -> str:
 
 
 def run(sandbox: Sandbox, tests: Sequence[str], changed: Sequence[str], command: str, per_test: bool,
-        timeout_s: float) -> RunVerdict:
-    nonce, text = input_file(tests, changed, command, per_test, timeout_s)
+        timeout_s: float, hidden: Optional[dict] = None) -> RunVerdict:
+    """The listed tests run under the supervisor (after the hidden cases, when given: see
+    envs/grading/hidden_run.py), and what it vouches for."""
+    nonce, text = input_file(tests, changed, command, per_test, timeout_s, hidden)
     sandbox.write_files({INPUT_FILE: text})
-    # The supervisor ends the tests at timeout_s; the slack covers its start and the report's way out.
-    result = sandbox.exec(script(nonce), timeout_s=timeout_s + 30.0)
+    # The supervisor ends the tests at timeout_s (the hidden cases at theirs); the slack covers
+    # its start and the report's way out.
+    limit_s = timeout_s + (hidden["timeout_s"] if hidden else 0) + 30.0
+    result = sandbox.exec(script(nonce, hidden is not None), timeout_s=limit_s)
     return read(result, nonce, list(tests))
 
 
 def read(result: ExecResult, nonce: str, tests: List[str]) -> RunVerdict:
-    runs, output, problems = _frame(result.output, nonce)
+    runs, hidden, output, problems = _frame(result.output, nonce)
     if result.timed_out:
         problems.append(f"the grading command timed out after {result.timeout_s:.0f} s")
     status = {test: MISSING for test in tests}
@@ -88,28 +97,30 @@ def read(result: ExecResult, nonce: str, tests: List[str]) -> RunVerdict:
     exit_code = next((code for code in codes if code != 0), 0) if codes else -1
     if not runs:
         exit_code = -1
-    return RunVerdict(status=status, exit_code=exit_code, output=output, problems=problems)
+    return RunVerdict(status=status, exit_code=exit_code, output=output, problems=problems, hidden_results=hidden)
 
 
-def _frame(output: str, nonce: str) -> tuple[list, str, List[str]]:
-    """(runs, the shown output, problems). The frame must be the output's end and appear once: a
-    process that wrote a second one, or wrote after it, leaves a frame the grader does not trust."""
+def _frame(output: str, nonce: str) -> tuple[list, Optional[str], str, List[str]]:
+    """(runs, the hidden results text, the shown output, problems). The frame must be the output's
+    end and appear once: a process that wrote a second one, or wrote after it, leaves a frame the
+    grader does not trust."""
     mark = f"{GRADING_MARK}{nonce}"
     match = re.search(rf"\n{mark} result\n([A-Za-z0-9+/=]{{0,{MAX_PAYLOAD_CHARS}}})\n{mark} end\n\Z", output)
     if match is None or output.count(mark) != 2:
-        return [], output[-SHOWN_OUTPUT_BYTES:], ["the grader's report frame is missing or altered"]
+        return [], None, output[-SHOWN_OUTPUT_BYTES:], ["the grader's report frame is missing or altered"]
     shown = output[:match.start()]
     try:
         inflater = zlib.decompressobj()
         raw = inflater.decompress(base64.b64decode(match.group(1), validate=True), MAX_INFLATED_BYTES)
         if inflater.unconsumed_tail:
             raise ValueError(f"it inflates past {MAX_INFLATED_BYTES} bytes")
-        runs = load_bounded(raw, MAX_INFLATED_BYTES, MAX_REPORT_DEPTH)["runs"]
+        frame = load_bounded(raw, MAX_INFLATED_BYTES, MAX_REPORT_DEPTH)
+        runs, hidden = frame["runs"], frame.get("hidden")
         if not isinstance(runs, list) or not all(isinstance(one, dict) for one in runs):
             raise ValueError("its runs are not a list of objects")
     except (binascii.Error, zlib.error, ValueError, KeyError, TypeError) as error:  # HostileJSONError too
-        return [], shown, [f"the supervisor's frame is unreadable: {error}"]
-    return runs, shown, []
+        return [], None, shown, [f"the supervisor's frame is unreadable: {error}"]
+    return runs, hidden if isinstance(hidden, str) else None, shown, []
 
 
 def _judge(one: dict, status: Dict[str, str], problems: List[str]) -> int:
