@@ -1,9 +1,10 @@
 """The grading supervisor: runs a task's pytest command in the sandbox and carries its verdict out.
 
-`python3 -I -S grade_supervisor.py DIR INPUT`, run by the grader's script (envs/grading/reported_run.py)
-as the last process of its command, so the command's output is this process's own. DIR is the
-grader's fresh folder (the plugin is there); INPUT, in the workspace, is a JSON object {"command",
-"plugin" (the report plugin's module name), "tests" (node ids), "changed_paths" (workspace paths
+`python3 -I -S - INPUT` with this source on stdin, the grader's whole command
+(envs/grading/reported_run.py), so the command's output is this process's own. INPUT, in the
+workspace, is a JSON object {"files" (name -> text written into a fresh folder of this process's:
+the report plugin, the hidden runner), "command", "plugin" (the report plugin's module name),
+"tests" (node ids), "changed_paths" (workspace paths
 the agent changed), "per_test", "timeout_s", "shown_bytes", "mark", "hidden" (null, or the hidden
 cases to run first: {"cases_json", "exclude", "timeout_s", "max_bytes"})}; it is read, then deleted.
 
@@ -33,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -182,13 +184,19 @@ def run_hidden(hidden, folder):
 
 def main():
     not_dumpable()
-    folder, input_path = sys.argv[1], sys.argv[2]
+    input_path = sys.argv[1]
     with open(input_path, encoding="utf-8") as handle:
         spec = json.load(handle)
     try:
         os.remove(input_path)
     except OSError:
         pass  # written by another user (a container backend): it stays, read-only to the tests
+    # Written by this process's own user, outside the workspace: a container backend's write_files
+    # writes as another user, and the tests must not find the grader's files beside theirs.
+    folder = tempfile.mkdtemp(prefix="swerve-grade.", dir="/tmp")
+    for name, text in spec.pop("files").items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
     spec["dir"] = folder
     spec["changed"] = os.path.join(folder, "changed.txt")
     with open(spec["changed"], "w", encoding="utf-8") as handle:

@@ -31,6 +31,8 @@ SUPERVISOR_SOURCE = (_HERE / "grade_supervisor.py").read_text()
 # What the grader hands the supervisor (the node ids, the changed paths): a file in the workspace,
 # since thousands of ids fit no command line (one argument holds at most 128 KiB).
 INPUT_FILE = ".swerve-grade-input.json"
+# Ends the supervisor's source in the command (a here-document; the source never holds this line).
+SOURCE_END = "SWERVE_SUPERVISOR_SOURCE_END"
 # Begins every line of the grader's frames (with a nonce); a command holding it is a grading run.
 GRADING_MARK = "SWERVE-GRADE-"
 # Output of the test run shown back (the agent's report, eval tables); the verdict never reads it.
@@ -56,21 +58,18 @@ def input_file(tests: Sequence[str], changed: Sequence[str], command: str, per_t
                hidden: Optional[dict] = None) -> tuple:
     """(nonce, the input file's text) for one supervised run (envs/grading/grade_supervisor.py)."""
     nonce = secrets.token_hex(8)
-    return nonce, json.dumps({"command": command, "plugin": f"swerve_report_{nonce}", "tests": list(tests),
-                              "changed_paths": list(changed), "per_test": per_test, "timeout_s": timeout_s,
-                              "shown_bytes": SHOWN_OUTPUT_BYTES, "mark": f"{GRADING_MARK}{nonce}", "hidden": hidden})
+    files = {f"swerve_report_{nonce}.py": PLUGIN_SOURCE, **({RUNNER_FILE: RUNNER_SOURCE} if hidden else {})}
+    return nonce, json.dumps({"files": files, "command": command, "plugin": f"swerve_report_{nonce}",
+                              "tests": list(tests), "changed_paths": list(changed), "per_test": per_test,
+                              "timeout_s": timeout_s, "shown_bytes": SHOWN_OUTPUT_BYTES,
+                              "mark": f"{GRADING_MARK}{nonce}", "hidden": hidden})
 
 
-def script(nonce: str, hidden: bool = False) -> str:
-    """The grading command: the plugin and the supervisor (and the hidden runner) written by the
-    command's own user into a fresh folder outside the workspace (a container backend writes files
-    as another user), then the supervisor, last, so the command's output ends with its frame."""
-    files = {f"swerve_report_{nonce}.py": PLUGIN_SOURCE, "supervisor.py": SUPERVISOR_SOURCE,
-             **({RUNNER_FILE: RUNNER_SOURCE} if hidden else {})}
-    writes = [f'printf %s {base64.b64encode(text.encode()).decode()} | base64 -d > "$d/{name}" || exit 97'
-              for name, text in files.items()]
-    return "\n".join([f"# {GRADING_MARK}{nonce}", "d=$(mktemp -d /tmp/swerve-grade.XXXXXXXX) || exit 97", *writes,
-                      f'exec python3 -I -S "$d/supervisor.py" "$d" {shlex.quote(INPUT_FILE)}'])
+def script(nonce: str) -> str:
+    """The grading command: the supervisor's source handed to the sandbox's python on stdin (no
+    file of it anywhere), the input file's path its argument."""
+    return (f"# {GRADING_MARK}{nonce}\nexec python3 -I -S - {shlex.quote(INPUT_FILE)} <<'{SOURCE_END}'\n"
+            f"{SUPERVISOR_SOURCE}{SOURCE_END}\n")
 
 
 def run(sandbox: Sandbox, tests: Sequence[str], changed: Sequence[str], command: str, per_test: bool,
@@ -82,7 +81,7 @@ def run(sandbox: Sandbox, tests: Sequence[str], changed: Sequence[str], command:
     # The supervisor ends the tests at timeout_s (the hidden cases at theirs); the slack covers
     # its start and the report's way out.
     limit_s = timeout_s + (hidden["timeout_s"] if hidden else 0) + 30.0
-    result = sandbox.exec(script(nonce, hidden is not None), timeout_s=limit_s)
+    result = sandbox.exec(script(nonce), timeout_s=limit_s)
     return read(result, nonce, list(tests))
 
 
