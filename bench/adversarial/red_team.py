@@ -236,10 +236,13 @@ def _episode(env, target: Target, commands: tuple[str, ...], sandbox=None) -> Di
         _, _, terminated, _, _ = env.step(f"```bash\n{command}\n```")
         if terminated:
             raise RuntimeError(f"the episode ended before submit, at: {command[:80]}")
-    started_s = time.monotonic()
+    started_s, started_cpu_s = time.monotonic(), time.process_time()
     _, reward, _, _, info = env.step("```bash\nsubmit\n```")
+    # submit_cpu_s: this process's CPU for the capture and the grading (the host's side; what runs
+    # in the sandbox is bounded by its own limits).
     return {"reward": reward, "outcome": info["outcome"], "tampered": info.get("tampered", {}),
-            "unresolved_reason": info.get("unresolved_reason", ""), "submit_s": round(time.monotonic() - started_s, 2)}
+            "unresolved_reason": info.get("unresolved_reason", ""), "submit_s": round(time.monotonic() - started_s, 2),
+            "submit_cpu_s": round(time.process_time() - started_cpu_s, 3)}
 
 
 def tally(played: List[Dict]) -> Dict:

@@ -175,5 +175,6 @@ def play_red_team(work_dir: str, tokenizer_path: str) -> Dict:
             # What grading cost the host: the slowest submit, and this process's peak memory (the
             # listing, capture and grading side; the sandbox's processes are bounded by its rlimits).
             "red_team_submit_s_max": max((p.get("submit_s") or 0.0 for p in played), default=0.0),
+            "red_team_submit_cpu_s_max": max((p.get("submit_cpu_s") or 0.0 for p in played), default=0.0),
             "red_team_host_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "red_team_attempts": played}
