@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from envs.grading.hidden_run import RUNNER_FILE, RUNNER_SOURCE
-from envs.grading.hostile_json import HostileJSONError, load_bounded
+from envs.tasks.hostile_json import HostileJSONError, load_bounded
 from envs.sandboxes.sandbox import ExecResult, Sandbox
 from envs.tasks.pytest_summary import MISSING, PASSED
 
