@@ -2,8 +2,8 @@
 
 `python3 -I -S - INPUT` with this source on stdin, the grader's whole command
 (envs/grading/reported_run.py), so the command's output is this process's own. INPUT, in the
-workspace, is a JSON object {"files" (name -> text written into a fresh folder of this process's:
-the report plugin, the hidden runner), "command", "plugin" (the report plugin's module name),
+workspace, is a JSON object {"plugin_source", "runner_source" (the report plugin's and the hidden
+runner's sources), "command", "plugin" (the report plugin's module name),
 "tests" (node ids), "changed_paths" (workspace paths
 the agent changed), "per_test", "timeout_s", "shown_bytes", "mark", "hidden" (null, or the hidden
 cases to run first: {"cases_json", "exclude", "timeout_s", "max_bytes"})}; it is read, then deleted.
@@ -28,6 +28,8 @@ writes, is in reach of the code they call; the expected values never enter the s
 Standard library only, Python 3.6+: it runs on the task's interpreter (a SWE-bench image's).
 """
 import base64
+import fcntl
+import io
 import json
 import os
 import shutil
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 import zlib
 
 # A report larger than this is not one the plugin wrote for any real list of tests.
@@ -53,6 +56,33 @@ def not_dumpable():
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
     except (ImportError, OSError, AttributeError):
         pass  # an interpreter without ctypes: the pipe is still unnamed, only /proc stays open
+
+
+def sealed(folder, name, data):
+    """(path, fd) through which a child reads `data`: a memfd sealed against writing, growing and
+    shrinking, named /proc/self/fd/N in the child (so nothing the tests or the hidden cases start
+    can change what a later pytest process loads: the plugin, the ids, the changed paths). Where
+    the interpreter cannot seal (Python < 3.8), a file in `folder` and fd None: same user, so an
+    earlier run's leftover could rewrite it."""
+    if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
+        path = os.path.join(folder, name)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        return path, None
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return "/proc/self/fd/{}".format(fd), fd
+
+
+def plugin_archive(module, source):
+    """The report plugin as a zip archive: a PYTHONPATH entry that can be a sealed memfd."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(module + ".py", source)
+    return buffer.getvalue()
 
 
 class PipeReader(threading.Thread):
@@ -103,20 +133,21 @@ def changed_config(before, after):
 
 def run_pytest(spec, tests, out, deadline_s):
     """One pytest process over `tests` (a list of node ids): its exit code and what its pipe carried."""
-    tests_file = os.path.join(spec["dir"], "run-tests.txt")
-    with open(tests_file, "w", encoding="utf-8") as handle:
-        handle.write("".join(test + "\n" for test in tests))
+    tests_path, tests_fd = sealed(spec["dir"], "run-tests.txt", "".join(test + "\n" for test in tests).encode("utf-8"))
     read_end, write_end = os.pipe()
     env = dict(os.environ)
-    env.update({"SWERVE_REPORT_FD": str(write_end), "SWERVE_REPORT_TESTS": tests_file,
+    env.update({"SWERVE_REPORT_FD": str(write_end), "SWERVE_REPORT_TESTS": tests_path,
                 "SWERVE_REPORT_CHANGED": spec["changed"], "PYTHONNOUSERSITE": "1",
-                "PYTHONPATH": spec["dir"] + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
+                "PYTHONPATH": spec["plugin_path"] + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
     command = "exec {} -p {}".format(spec["command"], spec["plugin"])
     reader = PipeReader(read_end)
     reader.start()
+    inherited = [fd for fd in (write_end, tests_fd, *spec["sealed_fds"]) if fd is not None]
     child = subprocess.Popen(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             env=env, pass_fds=(write_end,), start_new_session=True)
+                             env=env, pass_fds=inherited, start_new_session=True)
     os.close(write_end)
+    if tests_fd is not None:
+        os.close(tests_fd)
     timed_out = False
     try:
         code = child.wait(timeout=max(0.1, deadline_s - time.monotonic()))
@@ -144,7 +175,7 @@ def remove_tree(path):
     shutil.rmtree(path, onerror=unlock)
 
 
-def run_hidden(hidden, folder):
+def run_hidden(hidden, folder, runner_source):
     """The hidden cases' results (the runner's JSON text, or None), run before any test: in a
     process of their own, over a copy of the view without the test files (hidden["exclude"]), with
     HOME and TMPDIR in a folder of their own; the copy is deleted once the runner ended."""
@@ -160,8 +191,11 @@ def run_hidden(hidden, folder):
     cases, results = os.path.join(folder, "cases.json"), os.path.join(folder, "results.json")
     with open(cases, "w", encoding="utf-8") as handle:
         handle.write(hidden["cases_json"])
+    runner_path = os.path.join(folder, "hidden_runner.py")
+    with open(runner_path, "w", encoding="utf-8") as handle:
+        handle.write(runner_source)
     env = dict(os.environ, HOME=home, TMPDIR=home, PYTHONNOUSERSITE="1")
-    runner = subprocess.Popen([sys.executable, "-I", os.path.join(folder, "hidden_runner.py"), cases, results],
+    runner = subprocess.Popen([sys.executable, "-I", runner_path, cases, results],
                               cwd=view, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -194,14 +228,13 @@ def main():
     # Written by this process's own user, outside the workspace: a container backend's write_files
     # writes as another user, and the tests must not find the grader's files beside theirs.
     folder = tempfile.mkdtemp(prefix="swerve-grade.", dir="/tmp")
-    for name, text in spec.pop("files").items():
-        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
-            handle.write(text)
     spec["dir"] = folder
-    spec["changed"] = os.path.join(folder, "changed.txt")
-    with open(spec["changed"], "w", encoding="utf-8") as handle:
-        handle.write("".join(os.path.abspath(path) + "\n" for path in spec.pop("changed_paths")))
-    hidden = run_hidden(spec["hidden"], folder) if spec.get("hidden") else None
+    hidden = run_hidden(spec["hidden"], folder, spec["runner_source"]) if spec.get("hidden") else None
+    # Made after the hidden cases ran, sealed: nothing their code left running can alter them.
+    spec["plugin_path"], plugin_fd = sealed(folder, "plugin.zip", plugin_archive(spec["plugin"], spec["plugin_source"]))
+    changed = "".join(os.path.abspath(path) + "\n" for path in spec.pop("changed_paths")).encode("utf-8")
+    spec["changed"], changed_fd = sealed(folder, "changed.txt", changed)
+    spec["sealed_fds"] = [plugin_fd, changed_fd]
     deadline_s = time.monotonic() + float(spec["timeout_s"])
     log = os.path.join(folder, "out.log")
     runs = []

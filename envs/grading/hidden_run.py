@@ -21,9 +21,7 @@ from envs.tasks.task import Task
 HIDDEN_TIMEOUT_S = 60.0
 # What the runner writes for a handful of cases is small; more is not the runner's.
 MAX_RESULTS_BYTES = 4 << 20
-RUNNER_FILE = "hidden_runner.py"
-
-__all__ = ["HIDDEN_TIMEOUT_S", "RUNNER_FILE", "RUNNER_SOURCE", "hidden_spec", "hidden_timeout_s"]
+__all__ = ["HIDDEN_TIMEOUT_S", "RUNNER_SOURCE", "hidden_spec", "hidden_timeout_s"]
 
 
 def hidden_timeout_s(grade_timeout_s: float) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from envs.grading.hidden_run import RUNNER_FILE, RUNNER_SOURCE
+from envs.grading.hidden_run import RUNNER_SOURCE
 from envs.tasks.hostile_json import HostileJSONError, load_bounded
 from envs.sandboxes.sandbox import ExecResult, Sandbox
 from envs.tasks.pytest_summary import MISSING, PASSED
@@ -58,8 +58,8 @@ def input_file(tests: Sequence[str], changed: Sequence[str], command: str, per_t
                hidden: Optional[dict] = None) -> tuple:
     """(nonce, the input file's text) for one supervised run (envs/grading/grade_supervisor.py)."""
     nonce = secrets.token_hex(8)
-    files = {f"swerve_report_{nonce}.py": PLUGIN_SOURCE, **({RUNNER_FILE: RUNNER_SOURCE} if hidden else {})}
-    return nonce, json.dumps({"files": files, "command": command, "plugin": f"swerve_report_{nonce}",
+    return nonce, json.dumps({"plugin_source": PLUGIN_SOURCE, "runner_source": RUNNER_SOURCE if hidden else "",
+                              "command": command, "plugin": f"swerve_report_{nonce}",
                               "tests": list(tests), "changed_paths": list(changed), "per_test": per_test,
                               "timeout_s": timeout_s, "shown_bytes": SHOWN_OUTPUT_BYTES,
                               "mark": f"{GRADING_MARK}{nonce}", "hidden": hidden})

@@ -221,3 +221,33 @@ def test_per_test_runs_do_not_inherit_configuration_an_earlier_test_planted(make
     result = grade(sandbox, task, GRADE_TIMEOUT_S, "per_test", changed=("calc.py",))
     assert not result.resolved
     assert any("changed test configuration: ./tests/conftest.py" in p for p in result.problems), result.problems
+
+
+_REWRITES_THE_PLUGIN_FOR_LATER_RUNS = """
+import glob, os
+for folder in glob.glob("/tmp/swerve-grade.*"):
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.endswith((".py", ".zip", ".txt")) and os.path.isfile(path):
+            with open(path, "w") as handle:
+                handle.write("")
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        with open("/proc/self/fd/" + fd, "r+b") as handle:
+            handle.write(b"PK")
+    except OSError:
+        pass
+"""
+
+
+def test_what_a_later_per_test_run_loads_cannot_be_rewritten_by_an_earlier_one(make_sandbox, tmp_path):
+    """per_test: the first test's process tries to empty every grader file it can name and to
+    write through every descriptor it holds; the plugin, ids and changed paths are sealed memfds,
+    so the next test's report is still the plugin's, and the bug still fails."""
+    task = _repo_task(tmp_path)
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    sandbox.write_files({"calc.py": "def double(x):\n    return x + 1\n" + _REWRITES_THE_PLUGIN_FOR_LATER_RUNS})
+    result = grade(sandbox, task, GRADE_TIMEOUT_S, "per_test", changed=("calc.py",))
+    assert result.test_status == {"tests/test_new.py::test_three": "FAILED", "tests/test_old.py::test_two": PASSED}
+    assert not result.resolved and not result.problems, result.problems
