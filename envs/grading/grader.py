@@ -111,18 +111,31 @@ def grade(sandbox: Sandbox, task: Task, timeout_s: float, isolation: str = "suit
     if isolation not in GRADE_ISOLATION:
         raise ValueError(f"grade isolation {isolation!r}; allowed: {list(GRADE_ISOLATION)}")
     tests = list(dict.fromkeys(task.fail_to_pass + task.pass_to_pass))
+    spec = None
+    if task.hidden_cases and reports_per_test(task.test_command):
+        spec = hidden_spec(task, _hidden_from_the_cases(task, tests), timeout_s)
     try:
+        hidden_results = None
+        if spec is not None and task.test_patch:
+            # The tests arrive with the test_patch (SWE-bench's way): the hidden cases run before
+            # they exist anywhere in the sandbox, in a supervised command of their own. Where the
+            # tests are part of the repository (built-in, micro, synthesized), the agent saw them
+            # all along, and the hidden cases run first within the graded command.
+            hidden_results = reported_run.run(sandbox, [], changed, task.test_command, False, timeout_s,
+                                              spec).hidden_results
+            spec = None
         sandbox.write_files(dict(task.test_files))
         if task.test_patch:
             _apply_test_patch(sandbox, task, timeout_s)
         if not reports_per_test(task.test_command):
             return _grade_by_summary(sandbox, task, tests, timeout_s)
-        spec = hidden_spec(task, _hidden_from_the_cases(task, tests), timeout_s) if task.hidden_cases else None
         verdict = reported_run.run(sandbox, tests, changed, task.test_command, isolation == "per_test", timeout_s,
                                    spec)
+        if spec is not None:
+            hidden_results = verdict.hidden_results
     except InfraError as error:
         raise InfraError(InfraSource.GRADER, f"grading {task.id}: {error}") from error
-    hidden = compare(task.hidden_cases, verdict.hidden_results) if task.hidden_cases else {}
+    hidden = compare(task.hidden_cases, hidden_results) if task.hidden_cases else {}
     resolved = (not verdict.problems and verdict.exit_code == 0 and all(verdict.status[t] == PASSED for t in tests)
                 and all(s == CASE_PASSED for s in hidden.values()))
     shown = verdict.output + "".join(f"\ngrading: {problem}" for problem in verdict.problems)

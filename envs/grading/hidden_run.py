@@ -5,7 +5,10 @@ recorded that during the test run and repaired itself from it would pass hidden 
 in the same place. So the supervisor (envs/grading/grade_supervisor.py) runs the hidden cases first,
 before any test, in a process of their own over a copy of the graded view without the task's test
 files, the test patch's targets or version-control data, with HOME and TMPDIR inside a folder of
-their own: nothing the visible run writes exists yet, and nothing the tests expect is in reach. The
+their own: nothing the visible run writes exists yet, and nothing the tests expect is in reach.
+Where the tests arrive with the row's test_patch (SWE-bench's shape), the grader runs them in a
+supervised command of their own before the patch is applied, so the tests exist nowhere in the
+sandbox yet (envs/grading/grader.py). The
 runner (envs/tasks/hidden_runner.py) returns plain values; the expected values never enter the
 sandbox (envs/tasks/hidden_cases.py compares on the host).
 """

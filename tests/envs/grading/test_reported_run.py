@@ -1,5 +1,6 @@
 """The verdict's channel (envs/grading/reported_run.py, grade_supervisor.py, grade_report.py): a pipe the
 tested process cannot name, pytest's machinery checked intact, ids of any number, per-test runs."""
+import dataclasses
 import subprocess
 
 import pytest
@@ -251,3 +252,19 @@ def test_what_a_later_per_test_run_loads_cannot_be_rewritten_by_an_earlier_one(m
     result = grade(sandbox, task, GRADE_TIMEOUT_S, "per_test", changed=("calc.py",))
     assert result.test_status == {"tests/test_new.py::test_three": "FAILED", "tests/test_old.py::test_two": PASSED}
     assert not result.resolved and not result.problems, result.problems
+
+
+def test_hidden_cases_of_a_row_whose_tests_arrive_with_its_test_patch_run_before_they_exist(make_sandbox, tmp_path):
+    """SWE-bench's shape (image rows): the tests come with the test_patch at grading. A hidden call
+    looking anywhere for them, by absolute path too, must find nothing: it runs before they exist."""
+    task = _repo_task(tmp_path)
+    probe = ("import glob, os\n"
+             "def seen():\n"
+             "    return sorted(p for p in glob.glob('/workspace/tests/*.py') if 'test_new' in p)\n")
+    task = dataclasses.replace(task, hidden_cases=(HiddenCase("probe", "seen", "[]", "[]"),))
+    sandbox = make_sandbox()
+    sandbox.start(task)
+    sandbox.write_files({"calc.py": _FIX, "probe.py": probe})
+    result = grade(sandbox, task, GRADE_TIMEOUT_S, changed=("calc.py", "probe.py"))
+    assert result.hidden_status == {"hidden#0 probe:seen": PASSED}, result.hidden_status
+    assert result.resolved, result.problems
