@@ -111,6 +111,14 @@ def _in_changed_file(function):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
+    gate = int(os.environ.get("SWERVE_REPORT_GATE_FD", "-1"))
+    if gate >= 0:
+        # The supervisor opens the gate once the hidden cases ended: no conftest or test of the
+        # task loads before (pytest's own start-up ran beside them).
+        opened = os.read(gate, 2)
+        os.close(gate)
+        if opened != b"go":
+            os._exit(3)
     args.extend(_LISTED)
 
 

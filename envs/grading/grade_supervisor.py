@@ -1,12 +1,13 @@
 """The grading supervisor: runs a task's pytest command in the sandbox and carries its verdict out.
 
-`python3 -I -S - INPUT` with this source on stdin, the grader's whole command
-(envs/grading/reported_run.py), so the command's output is this process's own. INPUT, in the
-workspace, is a JSON object {"plugin_source", "runner_source" (the report plugin's and the hidden
-runner's sources), "command", "plugin" (the report plugin's module name),
+`python3 -I -S - INPUT [DIR PID]` with this source on stdin, the last process of the grader's
+command (envs/grading/reported_run.py), so the command's output is this process's own. DIR and
+PID: the grader's folder and the hidden cases' runner, which the command started just before.
+INPUT, in the workspace, is a JSON object {"plugin_source" (the report plugin's source), "command",
+"plugin" (the report plugin's module name),
 "tests" (node ids), "changed_paths" (workspace paths
 the agent changed), "per_test", "timeout_s", "shown_bytes", "mark", "hidden" (null, or the hidden
-cases to run first: {"cases_json", "exclude", "timeout_s", "max_bytes"})}; it is read, then deleted.
+cases' limits: {"timeout_s", "max_bytes"})}; it is read, then deleted.
 
 Why a process of its own: the report must come through a channel the tested code cannot write.
 This process makes itself non-dumpable first (so a process of the same user cannot open
@@ -24,7 +25,8 @@ text or null}, and "<mark> end".
 
 Hidden cases (envs/tasks/hidden_runner.py) run first, before any test, in a process of their own
 over a copy of the view without the test files: nothing the tests expect, and nothing their run
-writes, is in reach of the code they call; the expected values never enter the sandbox.
+writes, is in reach of the code they call; the expected values never enter the sandbox. The
+command starts their runner before this interpreter, so the two start side by side.
 Standard library only, Python 3.6+: it runs on the task's interpreter (a SWE-bench image's).
 """
 import base64
@@ -64,7 +66,7 @@ def sealed(folder, name, data):
     can change what a later pytest process loads: the plugin, the ids, the changed paths). Where
     the interpreter cannot seal (Python < 3.8), a file in `folder` and fd None: same user, so an
     earlier run's leftover could rewrite it."""
-    if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
+    if not can_seal():
         path = os.path.join(folder, name)
         with open(path, "wb") as handle:
             handle.write(data)
@@ -131,23 +133,32 @@ def changed_config(before, after):
     return sorted(path for path in set(before) | set(after) if before.get(path) != after.get(path))
 
 
-def run_pytest(spec, tests, out, deadline_s):
-    """One pytest process over `tests` (a list of node ids): its exit code and what its pipe carried."""
+def start_pytest(spec, tests, out, gate_fd=None):
+    """One pytest process over `tests` (a list of node ids), started; with gate_fd, it waits at the
+    gate (the plugin reads it before any conftest or test loads) until this process opens it."""
     tests_path, tests_fd = sealed(spec["dir"], "run-tests.txt", "".join(test + "\n" for test in tests).encode("utf-8"))
     read_end, write_end = os.pipe()
     env = dict(os.environ)
     env.update({"SWERVE_REPORT_FD": str(write_end), "SWERVE_REPORT_TESTS": tests_path,
                 "SWERVE_REPORT_CHANGED": spec["changed"], "PYTHONNOUSERSITE": "1",
                 "PYTHONPATH": spec["plugin_path"] + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
+    if gate_fd is not None:
+        env["SWERVE_REPORT_GATE_FD"] = str(gate_fd)
     command = "exec {} -p {}".format(spec["command"], spec["plugin"])
     reader = PipeReader(read_end)
     reader.start()
-    inherited = [fd for fd in (write_end, tests_fd, *spec["sealed_fds"]) if fd is not None]
+    own = [fd for fd in (write_end, tests_fd, gate_fd) if fd is not None]
     child = subprocess.Popen(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             env=env, pass_fds=inherited, start_new_session=True)
-    os.close(write_end)
-    if tests_fd is not None:
-        os.close(tests_fd)
+                             env=env, pass_fds=own + [fd for fd in spec["sealed_fds"] if fd is not None],
+                             start_new_session=True)
+    for fd in own:
+        os.close(fd)
+    return tests, child, reader
+
+
+def finish_pytest(started, deadline_s):
+    """The started pytest's exit code and what its pipe carried."""
+    tests, child, reader = started
     timed_out = False
     try:
         code = child.wait(timeout=max(0.1, deadline_s - time.monotonic()))
@@ -165,6 +176,10 @@ def run_pytest(spec, tests, out, deadline_s):
     return {"tests": tests, "exit_code": code, "timed_out": timed_out, "report": text, "channel": channel}
 
 
+def run_pytest(spec, tests, out, deadline_s):
+    return finish_pytest(start_pytest(spec, tests, out), deadline_s)
+
+
 def remove_tree(path):
     """Delete a tree the tested code may have made unwritable (chmod 000 folders)."""
     def unlock(function, failed, _):
@@ -175,45 +190,62 @@ def remove_tree(path):
     shutil.rmtree(path, onerror=unlock)
 
 
-def run_hidden(hidden, folder, runner_source):
-    """The hidden cases' results (the runner's JSON text, or None), run before any test: in a
-    process of their own, over a copy of the view without the test files (hidden["exclude"]), with
-    HOME and TMPDIR in a folder of their own; the copy is deleted once the runner ended."""
-    view, home = os.path.join(folder, "view"), os.path.join(folder, "home")
-    shutil.copytree(".", view, symlinks=True, ignore=shutil.ignore_patterns(".git", ".hg"))
-    os.mkdir(home)
-    for path in hidden["exclude"]:
-        target = os.path.join(view, path)
-        if os.path.isdir(target) and not os.path.islink(target):
-            shutil.rmtree(target)
-        elif os.path.lexists(target):
-            os.remove(target)
-    cases, results = os.path.join(folder, "cases.json"), os.path.join(folder, "results.json")
-    with open(cases, "w", encoding="utf-8") as handle:
-        handle.write(hidden["cases_json"])
-    runner_path = os.path.join(folder, "hidden_runner.py")
-    with open(runner_path, "w", encoding="utf-8") as handle:
-        handle.write(runner_source)
-    env = dict(os.environ, HOME=home, TMPDIR=home, PYTHONNOUSERSITE="1")
-    runner = subprocess.Popen([sys.executable, "-I", runner_path, cases, results],
-                              cwd=view, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+def wait_for_hidden(hidden, folder, pid):
+    """The hidden cases' results (the runner's JSON text, or None). The command started the runner
+    (pid, leading a process group of its own) before this interpreter, over a copy of the view in `folder`
+    without the test files, so the two started side by side; no test starts before it ended. Past
+    hidden["timeout_s"] its group is killed, and so is whatever it left running."""
+    deadline_s = time.monotonic() + float(hidden["timeout_s"])
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() >= deadline_s:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.002)
     try:
-        runner.wait(timeout=float(hidden["timeout_s"]))
-    except subprocess.TimeoutExpired:
-        runner.kill()
-        runner.wait()
-    try:
-        os.killpg(runner.pid, signal.SIGKILL)  # what the cases' code left running in the background
+        os.killpg(pid, signal.SIGKILL)  # what the cases' code left running in the background
     except OSError:
         pass  # the group had ended: nothing was left
-    text = None
+    results, text = os.path.join(folder, "results.json"), None
     if os.path.isfile(results):
         with open(results, "rb") as handle:
             text = handle.read(int(hidden["max_bytes"]) + 1).decode("utf-8", "replace")
-    remove_tree(view)
-    remove_tree(home)
+    remove_tree(os.path.join(folder, "view"))
+    remove_tree(os.path.join(folder, "home"))
     return text
+
+
+def can_seal():
+    return hasattr(os, "memfd_create") and hasattr(fcntl, "F_ADD_SEALS")
+
+
+def seal_inputs(spec):
+    """The plugin (as a zip) and the changed paths, sealed where the interpreter can (`sealed`)."""
+    spec["plugin_path"], plugin_fd = sealed(spec["dir"], "plugin.zip", plugin_archive(spec["plugin"], spec["plugin_source"]))
+    changed = "".join(os.path.abspath(path) + "\n" for path in spec.pop("changed_paths")).encode("utf-8")
+    spec["changed"], changed_fd = sealed(spec["dir"], "changed.txt", changed)
+    spec["sealed_fds"] = [plugin_fd, changed_fd]
+
+
+def run_all(spec, out, deadline_s):
+    """The listed tests' runs: one pytest over all of them, or with per_test one each, refusing a
+    run after an earlier one changed test configuration."""
+    if not spec["per_test"]:
+        return [run_pytest(spec, spec["tests"], out, deadline_s)] if spec["tests"] else []
+    runs, start_state = [], config_state(".")
+    for test in spec["tests"]:
+        if time.monotonic() >= deadline_s:
+            runs.append({"tests": [test], "exit_code": 124, "timed_out": True, "report": None, "channel": ""})
+            continue
+        planted = changed_config(start_state, config_state("."))
+        if planted:
+            runs.append({"tests": [test], "exit_code": -1, "timed_out": False, "report": None,
+                         "channel": "an earlier test's run changed test configuration: {}".format(", ".join(planted[:5]))})
+            continue
+        out.write("\n== {} ==\n".format(test).encode("utf-8", "replace"))
+        out.flush()
+        runs.append(run_pytest(spec, [test], out, deadline_s))
+    return runs
 
 
 def main():
@@ -227,35 +259,29 @@ def main():
         pass  # written by another user (a container backend): it stays, read-only to the tests
     # Written by this process's own user, outside the workspace: a container backend's write_files
     # writes as another user, and the tests must not find the grader's files beside theirs.
-    folder = tempfile.mkdtemp(prefix="swerve-grade.", dir="/tmp")
+    pending = spec.get("hidden")
+    folder = sys.argv[2] if pending else tempfile.mkdtemp(prefix="swerve-grade.", dir="/tmp")
     spec["dir"] = folder
-    hidden = run_hidden(spec["hidden"], folder, spec["runner_source"]) if spec.get("hidden") else None
-    # Made after the hidden cases ran, sealed: nothing their code left running can alter them.
-    spec["plugin_path"], plugin_fd = sealed(folder, "plugin.zip", plugin_archive(spec["plugin"], spec["plugin_source"]))
-    changed = "".join(os.path.abspath(path) + "\n" for path in spec.pop("changed_paths")).encode("utf-8")
-    spec["changed"], changed_fd = sealed(folder, "changed.txt", changed)
-    spec["sealed_fds"] = [plugin_fd, changed_fd]
-    deadline_s = time.monotonic() + float(spec["timeout_s"])
     log = os.path.join(folder, "out.log")
-    runs = []
+    runs, hidden = [], None
     with open(log, "wb") as out:
-        if spec["per_test"]:
-            start_state = config_state(".")
-            for test in spec["tests"]:
-                if time.monotonic() >= deadline_s:
-                    runs.append({"tests": [test], "exit_code": 124, "timed_out": True, "report": None, "channel": ""})
-                    continue
-                planted = changed_config(start_state, config_state("."))
-                if planted:
-                    runs.append({"tests": [test], "exit_code": -1, "timed_out": False, "report": None,
-                                 "channel": "an earlier test's run changed test configuration: {}".format(
-                                     ", ".join(planted[:5]))})
-                    continue
-                out.write("\n== {} ==\n".format(test).encode("utf-8", "replace"))
-                out.flush()
-                runs.append(run_pytest(spec, [test], out, deadline_s))
-        elif spec["tests"]:  # none: a command that runs the hidden cases alone
-            runs.append(run_pytest(spec, spec["tests"], out, deadline_s))
+        if pending and spec["tests"] and not spec["per_test"] and can_seal():
+            # pytest starts beside the hidden cases (its own start-up is most of its time) and
+            # waits at the gate, before any conftest or test loads, until they ended.
+            seal_inputs(spec)
+            gate_read, gate_write = os.pipe()
+            started = start_pytest(spec, spec["tests"], out, gate_read)
+            hidden = wait_for_hidden(pending, folder, int(sys.argv[3]))
+            try:
+                os.write(gate_write, b"go")
+            except BrokenPipeError:
+                pass  # pytest ended before its gate (a start-up error): its run says what it did
+            os.close(gate_write)
+            runs.append(finish_pytest(started, time.monotonic() + float(spec["timeout_s"])))
+        else:
+            hidden = wait_for_hidden(pending, folder, int(sys.argv[3])) if pending else None
+            seal_inputs(spec)  # after the hidden cases: unsealed files could be rewritten by what they left
+            runs = run_all(spec, out, time.monotonic() + float(spec["timeout_s"]))
     with open(log, "rb") as handle:
         handle.seek(max(0, os.path.getsize(log) - int(spec["shown_bytes"])))
         shown = handle.read()

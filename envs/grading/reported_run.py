@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from envs.grading.hidden_run import RUNNER_SOURCE
+from envs.grading.hidden_run import start_lines
 from envs.tasks.hostile_json import HostileJSONError, load_bounded
 from envs.sandboxes.sandbox import ExecResult, Sandbox
 from envs.tasks.pytest_summary import MISSING, PASSED
@@ -58,18 +58,24 @@ def input_file(tests: Sequence[str], changed: Sequence[str], command: str, per_t
                hidden: Optional[dict] = None) -> tuple:
     """(nonce, the input file's text) for one supervised run (envs/grading/grade_supervisor.py)."""
     nonce = secrets.token_hex(8)
-    return nonce, json.dumps({"plugin_source": PLUGIN_SOURCE, "runner_source": RUNNER_SOURCE if hidden else "",
-                              "command": command, "plugin": f"swerve_report_{nonce}",
+    limits = {"timeout_s": hidden["timeout_s"], "max_bytes": hidden["max_bytes"]} if hidden else None
+    return nonce, json.dumps({"plugin_source": PLUGIN_SOURCE, "command": command, "plugin": f"swerve_report_{nonce}",
                               "tests": list(tests), "changed_paths": list(changed), "per_test": per_test,
                               "timeout_s": timeout_s, "shown_bytes": SHOWN_OUTPUT_BYTES,
-                              "mark": f"{GRADING_MARK}{nonce}", "hidden": hidden})
+                              "mark": f"{GRADING_MARK}{nonce}", "hidden": limits})
 
 
-def script(nonce: str) -> str:
-    """The grading command: the supervisor's source handed to the sandbox's python on stdin (no
-    file of it anywhere), the input file's path its argument."""
-    return (f"# {GRADING_MARK}{nonce}\nexec python3 -I -S - {shlex.quote(INPUT_FILE)} <<'{SOURCE_END}'\n"
-            f"{SUPERVISOR_SOURCE}{SOURCE_END}\n")
+def script(nonce: str, hidden: Optional[dict] = None) -> str:
+    """The grading command: with hidden cases, their runner started in the background over its copy
+    of the view (envs/grading/hidden_run.py); then the supervisor's source handed to the sandbox's
+    python on stdin (no file of it anywhere), the input file's path (and the runner's folder and
+    pid) its arguments."""
+    head = f"# {GRADING_MARK}{nonce}\n"
+    supervisor = f"<<'{SOURCE_END}'\n{SUPERVISOR_SOURCE}{SOURCE_END}\n"
+    if hidden is None:
+        return f"{head}exec python3 -I -S - {shlex.quote(INPUT_FILE)} {supervisor}"
+    lines = ["d=$(mktemp -d /tmp/swerve-grade.XXXXXXXX) || exit 97", *start_lines(hidden)]
+    return head + "\n".join(lines) + f'\nexec python3 -I -S - {shlex.quote(INPUT_FILE)} "$d" "$!" {supervisor}'
 
 
 def run(sandbox: Sandbox, tests: Sequence[str], changed: Sequence[str], command: str, per_test: bool,
@@ -81,7 +87,7 @@ def run(sandbox: Sandbox, tests: Sequence[str], changed: Sequence[str], command:
     # The supervisor ends the tests at timeout_s (the hidden cases at theirs); the slack covers
     # its start and the report's way out.
     limit_s = timeout_s + (hidden["timeout_s"] if hidden else 0) + 30.0
-    result = sandbox.exec(script(nonce), timeout_s=limit_s)
+    result = sandbox.exec(script(nonce, hidden), timeout_s=limit_s)
     return read(result, nonce, list(tests))
 
 

@@ -144,13 +144,15 @@ def test_two_thousand_test_ids_grade_the_gold_fix_and_not_the_bug(make_sandbox, 
 
 
 def test_hidden_cases_run_without_the_tests_and_before_them(make_sandbox, tmp_path):
-    """The hidden run's view has no test file and nothing the visible run writes: code that looks
-    for what the tests expect finds nothing."""
+    """The hidden run's view has no test file and nothing the visible run writes, even while pytest
+    starts beside it (it waits at the gate before any test loads): code that looks for what the
+    tests expect finds nothing."""
     repo = tmp_path / "hidden"
     repo.mkdir()
     (repo / "calc.py").write_text(
-        "import glob, os, sys\n"
+        "import glob, os, sys, time\n"
         "def seen():\n"
+        "    time.sleep(1.0)  # pytest starts beside this call: it must not load the tests meanwhile\n"
         "    return sorted(glob.glob('*.py') + glob.glob('/tmp/visible-*') + glob.glob(os.environ['HOME'] + '/*'))\n"
         "if 'pytest' in sys.modules:  # the visible run leaves a mark where a later run would look\n"
         "    open('/tmp/visible-' + str(os.getpid()), 'w').close()\n"
