@@ -220,13 +220,18 @@ def encoding_reason(old: str | None, new: str, policy: ProtectionPolicy) -> str:
         return f"declares a source encoding Python refuses (PEP 263): {str(error)[:200]}"
     if declared in UTF8_ENCODINGS:
         return ""
-    if policy.keep_pristine_encodings and old is not None:
-        try:
-            if source_encoding(old) == declared:
-                return ""
-        except SyntaxError:
-            pass
+    if policy.keep_pristine_encodings and old is not None and _declared(old) == declared:
+        return ""
     return f"declares source encoding {declared!r} (PEP 263): the detectors judge UTF-8"
+
+
+def _declared(text: str) -> str | None:
+    """The encoding `text` declares; None where Python refuses its declaration (a pristine file's
+    invalid declaration is kept by nothing)."""
+    try:
+        return source_encoding(text)
+    except SyntaxError:
+        return None
 
 
 def local_modules(paths: Iterable[str]) -> frozenset[str]:

@@ -96,12 +96,8 @@ def read(result: ExecResult, nonce: str, tests: List[str]) -> RunVerdict:
     if result.timed_out:
         problems.append(f"the grading command timed out after {result.timeout_s:.0f} s")
     status = {test: MISSING for test in tests}
-    codes = []
-    for one in runs:
-        codes.append(_judge(one, status, problems))
+    codes = [_judge(one, status, problems) for one in runs]
     exit_code = next((code for code in codes if code != 0), 0) if codes else -1
-    if not runs:
-        exit_code = -1
     return RunVerdict(status=status, exit_code=exit_code, output=output, problems=problems, hidden_results=hidden)
 
 
