@@ -4,13 +4,18 @@ The BPE merges should fit what the agent actually reads and writes: shell comman
 Python source, pytest output and English issue text, and the texts of the tasks it will be
 trained on. Those come in as an argument (`build_corpus(task_texts)`): policies never import
 envs, so whoever knows both (actors/stages/policy_setup.py) hands `envs.tasks.micro.corpus_texts()` across.
+A run that trains an agent harness also hands across the harness's fixed texts (HarnessVocabulary:
+its templates' literal parts and its tool schemas): the corpus then holds them, the JSON the harness
+wraps commands and outputs in, and the tool calls the policy answers with.
 The generator is deterministic (fixed seed, no hash-ordered containers) so the same texts
 always yield the same corpus, the same tokenizer and the same cache key.
 """
 from __future__ import annotations
 
+import json
 import random
-from typing import List, Sequence
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
 # Bump when the generator changes, so cached tokenizers are rebuilt.
 CORPUS_VERSION = 3
@@ -180,14 +185,41 @@ def _task_document(rng: random.Random, tasks: Sequence[Sequence[str]]) -> str:
     ])
 
 
-def build_corpus(task_texts: Sequence[Sequence[str]]) -> List[str]:
+@dataclass(frozen=True)
+class HarnessVocabulary:
+    """What an agent harness sends in every request (envs/harness_texts.py reads it)."""
+    # The literal parts of its templates (system, instance, observation, format error).
+    texts: Tuple[str, ...]
+    # Its tool schemas, as OpenAI `tools` entries.
+    tools: Tuple[dict, ...] = ()
+
+
+def _harness_document(rng: random.Random, harness: HarnessVocabulary) -> str:
+    """One of the harness's own texts, or what it carries between them: a command's output as a
+    JSON string (how a tool-calling harness quotes it), or a tool call holding a command."""
+    names = [tool["function"]["name"] for tool in harness.tools] or ["bash"]
+    inner = rng.choice([_pytest_output, _python, _command])(rng)
+    return rng.choice([
+        *harness.texts,
+        json.dumps(inner),
+        json.dumps({"name": rng.choice(names), "arguments": {"command": _command(rng)}}),
+        f"exit code: {rng.randint(0, 2)}\n{inner}",
+    ])
+
+
+def build_corpus(task_texts: Sequence[Sequence[str]], harness: Optional[HarnessVocabulary] = None) -> List[str]:
     """The tokenizer's training documents: generated shell, Python, pytest and issue text, and
-    `task_texts`, one entry per task: its texts, the issue first (envs.tasks.micro.corpus_texts())."""
+    `task_texts`, one entry per task: its texts, the issue first (envs.tasks.micro.corpus_texts()).
+    With `harness`, two documents in nine are its texts and what it wraps in them."""
     tasks = [list(texts) for texts in task_texts]
     if not tasks or any(not texts for texts in tasks):
         raise ValueError("build_corpus: pass the training tasks' texts, one non-empty list per task, "
                          "the issue first (e.g. envs.tasks.micro.corpus_texts())")
+    if harness is not None and not harness.texts:
+        raise ValueError("build_corpus: a HarnessVocabulary without texts; pass None for a run without a harness")
     rng = random.Random(_SEED)
     makers = [_command, _python, _pytest_output, _issue, _reply, _prose,
               lambda r: _task_document(r, tasks)]
+    if harness is not None:
+        makers += [lambda r: _harness_document(r, harness)] * 2
     return [rng.choice(makers)(rng) for _ in range(_NUM_DOCUMENTS)]

@@ -5,19 +5,25 @@ Either way it is loaded with AutoTokenizer, so the rest of the code cannot tell 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 import tokenizers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from configs.schema import TokenizerConfig
 from policies.cache_dir import build_once, content_hash
 from policies.chat.chat_tokenizer import IM_END, IM_START, PAD_TOKEN
-from policies.corpus import CORPUS_VERSION, build_corpus
+from policies.corpus import CORPUS_VERSION, HarnessVocabulary, build_corpus
 
 SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+# A harness's line shorter than this stays with the BPE: the saving is small and short lines
+# (`EOF`, a lone brace) would match inside the agent's own text.
+MIN_PHRASE_CHARS = 12
+# Bounds what one harness adds to the vocabulary (and so to the model's embedding).
+MAX_PHRASES = 512
 # Any one of these makes a directory loadable by AutoTokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -81,12 +87,15 @@ CHAT_TEMPLATE = r"""
 """
 
 
-def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]]) -> str:
+def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]],
+                     harness: Optional[HarnessVocabulary] = None) -> str:
     """Return a directory AutoTokenizer can load, training and caching one if needed.
 
     `task_texts` (one list of texts per training task, the issue first; see
     policies.corpus.build_corpus) join the corpus; unused when cfg.path names a tokenizer.
-    The cache key holds the corpus's hash, so other texts train (and cache) another tokenizer.
+    `harness` (the fixed texts of the agent harness the run trains) joins the corpus too, and each
+    of its lines becomes one token (harness_phrases): a harness resends them in every request.
+    The cache key holds the corpus's hash and the phrases, so other texts train (and cache) another tokenizer.
     The built-in corpus runs out of merges near 5,500 tokens, so a larger vocab_size
     yields a smaller vocabulary; the model is sized by len(tokenizer), never by the config.
     """
@@ -96,7 +105,8 @@ def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]]) 
                 f"tokenizer.path: no tokenizer directory at {cfg.path!r}; set tokenizer.path to a directory "
                 "holding tokenizer.json or tokenizer_config.json, or leave it empty to train the tiny tokenizer")
         return cfg.path
-    corpus = build_corpus(task_texts)
+    corpus = build_corpus(task_texts, harness)
+    phrases = harness_phrases(harness) if harness is not None else []
     key = content_hash({
         "kind": "byte_level_bpe",
         "vocab_size": cfg.vocab_size,
@@ -105,9 +115,32 @@ def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]]) 
         "corpus_version": CORPUS_VERSION,
         "corpus_sha256": hashlib.sha256("\x00".join(corpus).encode()).hexdigest(),
         "tokenizers_version": tokenizers.__version__,
+        **({"phrases": phrases} if phrases else {}),
     })
     final_dir = os.path.join(os.path.expanduser(cfg.cache_dir), "tokenizers", key)
-    return build_once(final_dir, lambda tmp_dir: _train(cfg.vocab_size, corpus, tmp_dir))
+    return build_once(final_dir, lambda tmp_dir: _train(cfg.vocab_size, corpus, phrases, tmp_dir))
+
+
+def harness_phrases(harness: HarnessVocabulary) -> List[str]:
+    """The harness's lines that become whole tokens: each line of its texts (newline kept) of at
+    least MIN_PHRASE_CHARS, each tool schema as this tokenizer's chat template renders it, and the
+    opening of a call to each tool. First seen first; more than MAX_PHRASES is refused.
+
+    Why whole lines: the byte-level pre-tokenizer never merges across words, so no vocabulary
+    makes mini-swe-agent's ~780 words of instance template cost fewer than ~780 tokens; as lines it
+    is ~90, and the task's own words sit that much closer to the policy's reply."""
+    lines = [line for text in harness.texts for line in text.splitlines(keepends=True)
+             if len(line.strip()) >= MIN_PHRASE_CHARS]
+    for tool in harness.tools:
+        # CHAT_TEMPLATE: `tool | tojson` in the tools block, and a call's fixed opening.
+        lines.append(json.dumps(tool, ensure_ascii=False))
+        lines.append('<tool_call>\n{"name": ' + json.dumps(tool["function"]["name"], ensure_ascii=False)
+                     + ', "arguments": ')
+    phrases = list(dict.fromkeys(lines))
+    if len(phrases) > MAX_PHRASES:
+        raise ValueError(f"the harness's texts hold {len(phrases)} distinct lines; at most {MAX_PHRASES} become "
+                         "tokens: trim the texts handed to the tokenizer (envs/harness_texts.py)")
+    return phrases
 
 
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
@@ -121,7 +154,7 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(path)
 
 
-def _train(vocab_size: int, corpus: list[str], out_dir: str) -> None:
+def _train(vocab_size: int, corpus: list[str], phrases: list[str], out_dir: str) -> None:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -134,6 +167,8 @@ def _train(vocab_size: int, corpus: list[str], out_dir: str) -> None:
         show_progress=False,
     )
     bpe.train_from_iterator(corpus, trainer=trainer)
+    # Matched in the raw text before the byte-level split, so a whole line is one id.
+    bpe.add_tokens([AddedToken(phrase, normalized=False, special=False) for phrase in phrases])
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         pad_token=PAD_TOKEN,

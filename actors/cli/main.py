@@ -102,11 +102,10 @@ def _tito_check(args: argparse.Namespace) -> int:
     from policies.chat.tito_check import main as tito_check
 
     tokenizer_dir = args.tokenizer
-    if not tokenizer_dir:  # the configured tokenizer: tokenizer.path, or the embedded one built for the micro tasks
-        from envs.tasks.micro import corpus_texts
-        from policies.tokenizer import ensure_tokenizer
+    if not tokenizer_dir:  # the configured tokenizer: tokenizer.path, or the embedded one built for the run
+        from actors.stages.policy_setup import ensure_run_tokenizer
 
-        tokenizer_dir = ensure_tokenizer(load_config(args.config, args.overrides).tokenizer, corpus_texts())
+        tokenizer_dir = ensure_run_tokenizer(load_config(args.config, args.overrides))
     return tito_check(tokenizer_dir, args.chat_template, args.json)
 
 

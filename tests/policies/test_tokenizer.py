@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -8,7 +9,9 @@ from transformers import AutoTokenizer
 
 from configs.schema import TokenizerConfig
 from policies.chat.chat_tokenizer import load_chat_tokenizer
-from policies.tokenizer import IM_END, IM_START, PAD_TOKEN, ensure_tokenizer, load_tokenizer
+from policies.corpus import HarnessVocabulary, build_corpus
+from policies.tokenizer import (IM_END, IM_START, MAX_PHRASES, PAD_TOKEN, ensure_tokenizer, harness_phrases,
+                                load_tokenizer)
 
 
 def test_explicit_path_is_returned(tmp_path):
@@ -187,3 +190,54 @@ def test_tool_calls_and_results_render_as_qwen3_s(tokenizer_path):
 def test_content_that_is_not_text_is_refused(tokenizer_path):
     with pytest.raises(Exception, match="message content must be a string"):
         _render(tokenizer_path, [{"role": "user", "content": [{"type": "text", "text": "U"}]}])
+
+
+# A harness as envs/harness_texts.py hands one across: its templates' literal parts and a tool.
+HARNESS = HarnessVocabulary(
+    texts=("You are a careful agent that fixes one bug at a time.\n\nPlease solve this issue: ",
+           "\n\nRun the tests before you finish.\nFinish by calling `done` alone.\n", '{\n  "exit_status": '),
+    tools=({"type": "function", "function": {"name": "shell", "description": "Run one command",
+                                             "parameters": {"type": "object", "properties": {
+                                                 "command": {"type": "string"}}, "required": ["command"]}}},))
+
+
+@pytest.mark.slow
+def test_a_harness_s_lines_are_one_token_each_and_every_text_round_trips(tmp_path, task_texts):
+    cfg = TokenizerConfig(cache_dir=str(tmp_path), vocab_size=512)
+    plain = load_tokenizer(ensure_tokenizer(cfg, task_texts))
+    tok = load_tokenizer(ensure_tokenizer(cfg, task_texts, HARNESS))
+    phrases = harness_phrases(HARNESS)
+    assert "Run the tests before you finish.\n" in phrases and "\n" not in phrases  # blank lines stay BPE
+    assert len(tok) == len(plain) + len(phrases)
+    for phrase in phrases:
+        assert len(tok(phrase)["input_ids"]) == 1, phrase
+    # The tool schema as the chat template renders it, and a call's opening, are one token each.
+    messages = [{"role": "system", "content": HARNESS.texts[0] + "fix `mean`"}]
+    prompt = tok.apply_chat_template(messages, tools=list(HARNESS.tools), tokenize=False)
+    assert json.dumps(HARNESS.tools[0]) in prompt
+    prompt_ids = tok(prompt)["input_ids"]
+    assert tok.convert_tokens_to_ids(json.dumps(HARNESS.tools[0])) in prompt_ids
+    assert len(tok(HARNESS.texts[0])["input_ids"]) == 3  # two lines and the blank one between them
+    assert len(prompt_ids) < len(plain(prompt)["input_ids"]) - 100
+    for text in (prompt, "Run the tests before you finish.\nRun the tests before", "é\x00 " + phrases[0] * 2):
+        assert tok.decode(tok(text)["input_ids"]) == text
+    reply = '<tool_call>\n{"name": "shell", "arguments": {"command": "ls"}}\n</tool_call>'
+    assert tok.convert_tokens_to_ids('<tool_call>\n{"name": "shell", "arguments": ') == tok(reply)["input_ids"][0]
+
+
+@pytest.mark.slow
+def test_another_harness_trains_another_tokenizer_and_the_plain_one_stays(tmp_path, task_texts):
+    cfg = TokenizerConfig(cache_dir=str(tmp_path), vocab_size=300)
+    plain = ensure_tokenizer(cfg, task_texts)
+    with_harness = ensure_tokenizer(cfg, task_texts, HARNESS)
+    other = HarnessVocabulary(texts=HARNESS.texts[:2], tools=HARNESS.tools)
+    assert len({plain, with_harness, ensure_tokenizer(cfg, task_texts, other)}) == 3
+    assert ensure_tokenizer(cfg, task_texts) == plain  # a run without a harness keeps its tokenizer
+
+
+def test_a_harness_with_too_many_lines_or_no_texts_is_refused(task_texts):
+    many = HarnessVocabulary(texts=tuple(f"line number {i} of a very long prompt\n" for i in range(MAX_PHRASES + 1)))
+    with pytest.raises(ValueError, match="trim the texts"):
+        harness_phrases(many)
+    with pytest.raises(ValueError, match="without texts"):
+        build_corpus(task_texts, HarnessVocabulary(texts=()))

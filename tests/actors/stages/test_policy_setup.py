@@ -4,10 +4,11 @@ import os
 
 import pytest
 
-from actors.stages.policy_setup import ensure_policy
+from actors.stages.policy_setup import ensure_policy, ensure_run_tokenizer, harness_vocabulary
 from configs import load_config
 from envs.tasks import micro
 from envs.tasks.micro_stream import MicroStream
+from policies.tokenizer import load_tokenizer
 
 
 def _mtimes(*dirs):
@@ -30,3 +31,26 @@ def test_the_tokenizer_and_cached_model_do_not_change_when_the_tasks_grow(tmp_pa
     assert micro.corpus_texts() == texts  # the same corpus, so the same tokenizer cache key
     assert ensure_policy(cfg) == (tokenizer, model)
     assert _mtimes(tokenizer, model) == built  # found in the cache, not rebuilt
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["default", "text"])
+def test_a_harness_run_s_tokenizer_makes_the_harness_s_fixed_prompt_a_third_of_what_it_was(tmp_path, config):
+    """The first request mini-swe-agent sends (its system and instance templates around a task, its
+    tool) costs the plain tokenizer ~1.2-1.5k tokens beyond the task's own; the harness run's, at most a third."""
+    overrides = [f"tokenizer.cache_dir={tmp_path}", f"env.harness.mini_swe_agent_config={config}"]
+    harness_cfg = load_config("configs/harness_mini_swe_agent.yaml", overrides)
+    vocabulary = harness_vocabulary(harness_cfg)
+    assert vocabulary is not None and harness_vocabulary(load_config(None, overrides)) is None
+    task = micro.generate("eval", 1)[0].problem_statement
+    system, instance = vocabulary.texts[0], vocabulary.texts[1]
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": instance + task}]
+
+    def fixed_cost(tokenizer_dir):
+        tok = load_tokenizer(tokenizer_dir)
+        ids = tok.apply_chat_template(messages, tools=list(vocabulary.tools) or None, add_generation_prompt=True)
+        return len(ids) - len(tok(task)["input_ids"])
+
+    plain = fixed_cost(ensure_run_tokenizer(load_config(None, overrides)))
+    trained = fixed_cost(ensure_run_tokenizer(harness_cfg))
+    assert trained * 3 <= plain, (trained, plain)
