@@ -66,14 +66,40 @@ def check_limits(disk_mb: int, tmpfs_mb: int) -> None:
 
 def _mounts() -> List[Tuple[str, str]]:
     """(mount point, file system type) of every mount this process sees, in mount order."""
+    return [(mount_point, kind) for mount_point, kind, _ in _mount_table()]
+
+
+def _mount_table() -> List[Tuple[str, str, str]]:
+    """(mount point, file system type, source) of every mount this process sees, in mount order."""
     found = []
     with open("/proc/self/mountinfo") as handle:
         for line in handle:
             fields, _, rest = line.partition(" - ")
             # mountinfo escapes space, tab, newline and backslash as octal.
             mount_point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields.split()[4])
-            found.append((mount_point, rest.split()[0]))
+            kind, source = (rest.split() + ["", ""])[:2]
+            found.append((mount_point, kind, source))
     return found
+
+
+def _owner_pid(lease_dir: Path, source: str) -> Optional[int]:
+    """The pid of the process that mounted a lease's image: from the loop device's backing file,
+    whose name the kernel keeps after the image is deleted (a lease folder someone else emptied
+    still holds a mounted image and a loop device), else from the image in the lease folder."""
+    names: List[str] = []
+    device = os.path.basename(source)
+    if source.startswith("/dev/loop"):
+        try:
+            with open(f"/sys/block/{device}/loop/backing_file") as handle:
+                names.append(os.path.basename(handle.read().strip().removesuffix(" (deleted)")))
+        except OSError:
+            pass  # detached meanwhile, or no sysfs: the folder may still name it
+    try:
+        names += os.listdir(lease_dir)
+    except FileNotFoundError:
+        pass
+    owners = [int(found.group(1)) for found in map(_IMAGE_NAME.fullmatch, names) if found]
+    return owners[0] if owners else None
 
 
 def filesystem_type(path: str) -> str:
@@ -91,20 +117,18 @@ def sweep_stale_disks() -> List[str]:
     """Unmount the workspace images of leases whose owner died without closing them (the image
     names its owner's pid) and delete those lease folders; the mount points swept."""
     swept = []
-    for mount_point, _ in _mounts():
+    for mount_point, _, source in _mount_table():
         if _LEASE_MOUNT.search(mount_point) is None:
             continue
         lease_dir = Path(mount_point).parent
-        try:
-            owners = [found for found in map(_IMAGE_NAME.fullmatch, os.listdir(lease_dir)) if found]
-        except FileNotFoundError:
-            continue  # closed meanwhile by its owner
-        if not owners or any(pid_alive(int(found.group(1))) for found in owners):
+        owner = _owner_pid(lease_dir, source)
+        if owner is None or pid_alive(owner):
             continue
         try:
             # Lazy: whatever of the dead owner's still holds a file there cannot keep the sweep waiting.
             _run(["umount", "--lazy", mount_point])
-            discard_tree(lease_dir)  # the image with it: its space returns once the mount is gone
+            if lease_dir.exists():
+                discard_tree(lease_dir)  # the image with it: its space returns once the mount is gone
         except OSError as error:
             # Another owner's leftovers are no reason to refuse the lease being made; the next sweep retries.
             log.warning("cannot sweep the workspace image of a dead owner at %s: %s", mount_point, error)

@@ -117,3 +117,35 @@ def test_a_memory_backed_workdir_root_is_refused_naming_the_fix(tmp_path, monkey
 def test_bad_limits_are_refused_naming_the_fix(field, value, fix):
     with pytest.raises(ValueError, match=f"sandbox.{field}={value}.*{fix}"):
         LocalSandbox(SandboxConfig(**{field: value}))
+
+
+_MOUNT_AND_DIE = """
+import os, sys
+from pathlib import Path
+from envs.sandboxes.disk_quota import LoopDisk, image_name
+lease = Path(sys.argv[1])
+LoopDisk.create(lease / image_name(os.getpid()), lease / "workspace", 16)
+(lease / "workspace" / "kept").write_text("x")
+"""
+
+
+@needs_loop
+def test_an_image_mounted_by_a_dead_owner_is_swept_even_after_its_file_was_deleted(tmp_path):
+    """An owner that died without closing its lease leaves a mounted image; someone deleting the lease
+    folder's files (a temp-dir cleaner) removes the image's name but not the mount or its loop device.
+    The kernel still knows the image's name, so the next sweep finds the dead owner and frees both."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lease = tmp_path / f"{disk_quota.LEASE_PREFIX}dead"
+    (lease / "workspace").mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", _MOUNT_AND_DIE, str(lease)], check=True, timeout=60,
+                   cwd=Path(__file__).resolve().parents[3])
+    assert os.path.ismount(lease / "workspace")
+    (image,) = lease.glob("disk-*.img")
+    image.unlink()
+    swept = disk_quota.sweep_stale_disks()
+    assert str(lease / "workspace") in swept
+    assert local_sandbox_module.wait_for_deleters() == []
+    assert not os.path.ismount(lease / "workspace") and not lease.exists()
