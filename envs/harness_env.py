@@ -67,6 +67,12 @@ class HarnessEnv(gymnasium.Env):
     def task(self):
         return self._swe.task
 
+    @property
+    def pending_request(self):
+        """The request being answered now (a ChatRequest, as in info["request"].request), None
+        between requests: what a scripted answerer reads, such as the expert's tools."""
+        return None if self._pending is None else self._pending.request
+
     def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
         super().reset(seed=seed)
         options = dict(options or {})

@@ -9,6 +9,10 @@ interpreter swerve's venv was made from; `mini_swe_agent_home()` finds it ($SWER
 else ~/.cache/swerve/harness/mini-swe-agent-<version>, as the Makefile installs it). It runs as its
 users run it (`mini`, its own configs and system prompt), headless: yolo, no exit confirmation,
 stdin closed, every file it writes under /tmp, never in the workspace (which is graded).
+
+tool-agent is swerve's own small harness (envs/harness_agents/tool_agent.py, standard library
+only): the launch binds that one file read-only at its own path and runs it with the sandbox's
+python3, so a config names the harness, never a path on this machine.
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ TRAJECTORY_PATH = f"{HARNESS_TMP}/mini-swe-agent.traj.json"
 # reads replies in its format: the text-based YAML names no class of its own.
 _MINI_CONFIGS = {"default": ("mini.yaml", None), "text": ("mini_textbased.yaml", "litellm_textbased")}
 _SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/etc/")
+TOOL_AGENT = Path(__file__).resolve().parent / "harness_agents" / "tool_agent.py"
+HARNESS_NAMES = ("mini-swe-agent", "tool-agent", "command")
 
 
 class HarnessMissing(RuntimeError):
@@ -83,23 +89,25 @@ def harness_command(cfg: HarnessConfig, *, task_file: str, workdir: str,
                     command_timeout_s: Optional[float] = None) -> HarnessLaunch:
     """The launch of env.harness for one episode. task_file holds the task statement (a path inside
     the sandbox); workdir is the workspace there (the command also starts in it).
-    command_timeout_s bounds each command mini-swe-agent runs for the agent (pass
-    sandbox.command_timeout_s); None keeps mini-swe-agent's own limit (30 s)."""
+    command_timeout_s bounds each command mini-swe-agent or tool-agent runs for the agent (pass
+    sandbox.command_timeout_s); None keeps the harness's own limit (mini-swe-agent's 30 s)."""
     env = {"SWERVE_TASK_FILE": task_file}
     if cfg.name == "command":
         if not cfg.command.strip():
             raise ValueError("env.harness.name=command needs env.harness.command (the program to run)")
         return HarnessLaunch(command=cfg.command, files=_host_files(cfg.files), env=env)
-    if cfg.name != "mini-swe-agent":
-        raise ValueError(f"env.harness.name={cfg.name!r}; allowed: mini-swe-agent, command")
+    if cfg.name not in HARNESS_NAMES:
+        raise ValueError(f"env.harness.name={cfg.name!r}; allowed: {', '.join(HARNESS_NAMES)}")
+    if cfg.max_requests < 1:
+        raise ValueError(f"env.harness.max_requests={cfg.max_requests}: must be at least 1 (it is the "
+                         "harness's own step limit, and mini-swe-agent reads 0 as none)")
+    if command_timeout_s is not None and command_timeout_s <= 0:
+        raise ValueError(f"command_timeout_s={command_timeout_s}: must be positive")
+    if cfg.name == "tool-agent":
+        return _tool_agent(cfg, env, command_timeout_s)
     if cfg.mini_swe_agent_config not in _MINI_CONFIGS:
         raise ValueError(f"env.harness.mini_swe_agent_config={cfg.mini_swe_agent_config!r}; "
                          f"allowed: {', '.join(_MINI_CONFIGS)}")
-    if cfg.max_requests < 1:
-        raise ValueError(f"env.harness.max_requests={cfg.max_requests}: must be at least 1 (mini-swe-agent "
-                         "reads 0 as no limit)")
-    if command_timeout_s is not None and command_timeout_s <= 0:
-        raise ValueError(f"command_timeout_s={command_timeout_s}: must be positive")
     home = mini_swe_agent_home()
     config_file, model_class = _MINI_CONFIGS[cfg.mini_swe_agent_config]
     # Later -c specs override earlier ones key by key (its recursive merge), so its own config file,
@@ -140,3 +148,14 @@ def harness_command(cfg: HarnessConfig, *, task_file: str, workdir: str,
     if not str(prefix).startswith(_SYSTEM_PREFIXES):
         files.append(str(prefix))
     return HarnessLaunch(command=command, files=files + _host_files(cfg.files), env=env)
+
+
+def _tool_agent(cfg: HarnessConfig, env: Dict[str, str], command_timeout_s: Optional[float]) -> HarnessLaunch:
+    """swerve's own harness: its step limit env.harness.max_requests, its model-call limit
+    env.harness.step_timeout_s, each command's limit command_timeout_s (else its own default)."""
+    argv = ["python3", "-I", str(TOOL_AGENT), "--max-steps", str(cfg.max_requests),
+            "--request-timeout-s", f"{cfg.step_timeout_s:g}"]
+    if command_timeout_s is not None:
+        argv += ["--command-timeout-s", f"{command_timeout_s:g}"]
+    return HarnessLaunch(command=shlex.join(argv), files=[str(TOOL_AGENT)] + _host_files(cfg.files),
+                         env={**env, "PYTHONUNBUFFERED": "1"})

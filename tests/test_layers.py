@@ -40,6 +40,7 @@ SUB_PACKAGES = {
     "envs.tasks": ("envs.outcomes",),
     "envs.sandboxes": ("envs.outcomes", "envs.tasks.task"),
     "envs.grading": _ENVS_BELOW_GRADING,
+    "envs.harness_agents": (),
     "actors.report": (),
     "actors.cluster": ("actors.report",),
     "actors.engines": ("actors.report", "actors.cluster"),

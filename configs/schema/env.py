@@ -57,8 +57,9 @@ class SWEEnvConfig:
 class HarnessConfig:
     """swerve/Harness-v0 (env.harness): an unmodified agent harness runs in the task's sandbox and
     talks to the policy through its own OpenAI-compatible session (actors/episodes/gateway.py)."""
-    # "mini-swe-agent" (pinned 2.4.6, installed by the set-up) or "command" (env.harness.command).
-    name: Literal["mini-swe-agent", "command"] = "mini-swe-agent"
+    # "mini-swe-agent" (pinned 2.4.6, installed by the set-up), "tool-agent" (swerve's own small
+    # harness, envs/harness_agents/tool_agent.py: tools run and finish) or "command" (env.harness.command).
+    name: Literal["mini-swe-agent", "tool-agent", "command"] = "mini-swe-agent"
     # mini-swe-agent's configuration: its default (tool calling) or its text-based one.
     mini_swe_agent_config: Literal["default", "text"] = "default"
     # For name=command: a shell command run in the task's workspace inside the sandbox. It reads
@@ -70,7 +71,9 @@ class HarnessConfig:
     # trajectory trains as several samples sharing its reward), "strict" refuses it (400).
     history: Literal["split", "strict"] = "split"
     # The harness's own limit on one model call (it must outlast the policy's reply under load).
-    step_timeout_s: float = 300.0
+    # Under swerve/Harness-v0 it must lie between sandbox.command_timeout_s and
+    # rollout.max_episode_seconds (configs/loader.py), and the defaults do.
+    step_timeout_s: float = 120.0
     # The episode ends (truncated) after this many model calls.
     max_requests: int = 30
     # A request's own temperature differs from the rollout's: "record" it (sampling stays at the
