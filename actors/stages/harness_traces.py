@@ -2,8 +2,12 @@
 
 The harness (mini-swe-agent, unmodified) runs in the task's sandbox exactly as in rollout and
 talks to the episode's session gateway; where the policy would sample, the expert's planned
-step (envs/tasks/expert_plan.py) is the reply, written the way the harness parses actions (a
-`<tool_call>` to its bash tool, or its text format) and encoded as if sampled. The trajectory's
+step (envs/tasks/expert_plan.py) is the reply, encoded as if sampled and written the way the
+request being answered takes actions, read from the tools it offers, whatever the harness: a
+`<tool_call>` to the tool with a `command` parameter (mini-swe-agent's bash, tool-agent's run),
+the plan's submit as a call to a tool without parameters (tool-agent's finish) or, where none is
+offered, as mini-swe-agent's submit command; a request without tools gets mini-swe-agent's text
+format. The trajectory's
 token ids are then what SFT trains on, segment by segment: the very sequences the policy sees
 and is trained on by RL, the harness's own prompts and observation wording included.
 """
@@ -27,6 +31,7 @@ from envs.make import env_sandbox
 from envs.outcomes import Outcome
 from envs.tasks.task import Task
 from policies.chat.chat_tokenizer import IM_END, load_chat_tokenizer
+from policies.chat.openai_wire import ChatRequest
 from policies.sample_types import FINISH_STOP, SampleOutput, SampleRequest
 
 
@@ -34,33 +39,61 @@ def harness_reply(command: str, harness_config: str) -> str:
     """The text a policy would sample to make mini-swe-agent run `command`."""
     if harness_config == "text":
         return f"THOUGHT: next step.\n\n```mswea_bash_command\n{command}\n```"
-    call = json.dumps({"name": "bash", "arguments": {"command": command}})
-    return f"<tool_call>\n{call}\n</tool_call>"
+    return _tool_call("bash", {"command": command})
+
+
+def _tool_call(name: str, arguments: dict) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def expert_reply(step: Optional[str], request: ChatRequest) -> str:
+    """The text a policy would sample to take a planned step (a command; None: submit) in the
+    harness that sent `request`, read from the tools it offers (the module docstring's rules)."""
+    tools = [tool["function"] for tool in request.tools or () if tool.get("type") == "function"]
+    submit = f"echo {SUBMIT_SENTINEL}"
+    if not tools:
+        return harness_reply(submit if step is None else step, "text")
+    runner = next((tool for tool in tools if "command" in tool.get("parameters", {}).get("properties", {})), None)
+    finisher = next((tool for tool in tools if not tool.get("parameters", {}).get("properties")), None)
+    if step is None and finisher is not None:
+        return _tool_call(finisher["name"], {})
+    if runner is None:
+        raise ValueError("the expert runs commands through a tool with a `command` parameter; the harness offers "
+                         f"{', '.join(tool.get('name', '?') for tool in tools)}")
+    return _tool_call(runner["name"], {"command": submit if step is None else step})
+
+
+def planned_steps(task: Task, rng: random.Random) -> list[Optional[str]]:
+    """The expert's commands for the task, None where it submits."""
+    steps: list[Optional[str]] = []
+    for _, reply in plan_trace(task, rng, None, False):
+        action = parse_action(reply)
+        if action.kind == COMMAND:
+            steps.append(action.command)
+        elif action.kind == SUBMIT:
+            steps.append(None)
+    return steps
 
 
 def planned_commands(task: Task, rng: random.Random) -> list[str]:
     """The expert's commands for the task, its submit as mini-swe-agent's own."""
-    commands = []
-    for _, reply in plan_trace(task, rng, None, False):
-        action = parse_action(reply)
-        if action.kind == COMMAND:
-            commands.append(action.command)
-        elif action.kind == SUBMIT:
-            commands.append(f"echo {SUBMIT_SENTINEL}")
-    return commands
+    return [f"echo {SUBMIT_SENTINEL}" if step is None else step for step in planned_steps(task, rng)]
 
 
 class ScriptedReplies:
-    """Stands where the engines are: each generate call returns the next planned reply's ids."""
+    """Stands where the engines are: each generate call returns the ids of the next planned step's
+    reply, written for the request being answered (`pending()`, the env's pending_request)."""
 
-    def __init__(self, tokenizer, replies: Sequence[str]):
-        self._ids = [tokenizer.encode(text) + [tokenizer.convert_tokens_to_ids(IM_END)] for text in replies]
+    def __init__(self, tokenizer, steps: Sequence[Optional[str]], pending: Callable[[], ChatRequest]):
+        self._tokenizer, self._steps, self._pending = tokenizer, list(steps), pending
+        self._end = [tokenizer.convert_tokens_to_ids(IM_END)]
         self.calls = 0
 
     def generate(self, request: SampleRequest, sticky_key: str) -> SampleOutput:
-        ids = self._ids[min(self.calls, len(self._ids) - 1)]  # past the plan: submit again
+        step = self._steps[min(self.calls, len(self._steps) - 1)]  # past the plan: submit again
         self.calls += 1
-        return SampleOutput(list(ids), [0.0] * len(ids), [0] * len(ids), FINISH_STOP)
+        ids = self._tokenizer.encode(expert_reply(step, self._pending())) + self._end
+        return SampleOutput(ids, [0.0] * len(ids), [0] * len(ids), FINISH_STOP)
 
     def release(self, sticky_key: str) -> None:
         return None
@@ -88,9 +121,9 @@ def write_harness_traces(out_file: str, tasks: Sequence[Task], cfg: Config, toke
     def one(index_task: tuple[int, Task]) -> list[dict]:
         index, task = index_task
         rng = random.Random(f"{cfg.run.seed}/{task.id}")
-        replies = [harness_reply(c, cfg.env.harness.mini_swe_agent_config) for c in planned_commands(task, rng)]
         episode = actor()
-        episode.engines = ScriptedReplies(tokenizer, replies)
+        episode.engines = ScriptedReplies(tokenizer, planned_steps(task, rng),
+                                          lambda: episode.env.unwrapped.pending_request)
         traj = episode.run_episode(WorkItem(task, task.id, 0, index, 0, 0, seed=index))
         if traj.outcome != Outcome.RESOLVED.value:
             return []
