@@ -222,6 +222,10 @@ def validate(cfg: Config) -> None:
                           "(e.g. trainer.params_dtype=bfloat16 trainer.mixed_precision=off)")
     if cfg.env.id == HARNESS_ENV_ID:
         _check_harness_timeouts(cfg)
+        if cfg.env.harness.name == "command" and not cfg.env.harness.command.strip():
+            raise ConfigError("config key 'env.harness.command' is empty, and env.harness.name=command runs it: name "
+                              "the program (e.g. env.harness.command='python3 /opt/agent/run.py'), or pick a "
+                              "built-in harness (env.harness.name=mini-swe-agent or tool-agent)")
     for key in ("faults.sandbox_kill_rate", "faults.llm_error_rate", "faults.sandbox_start_fail_rate",
                 "faults.engine_kill_rate", "faults.grader_crash_rate"):
         section, name = key.split(".")
