@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from actors.episodes.trajectory import Trajectory, WorkItem, oldest_version
+from actors.episodes.trajectory import Trajectory, WorkItem
 from configs.schema import HarnessConfig, RolloutConfig
 from policies.chat.chat_session import ChatSession
 from policies.chat.chat_tokenizer import IM_END
@@ -86,8 +86,8 @@ class HarnessPlayer:
         prompt = chat.prompt(request)
         room = self.max_context_tokens - len(prompt)
         wanted = self.rollout.max_tokens_per_turn if request.max_tokens is None else request.max_tokens
-        segment = chat.current
-        oldest = oldest_version(segment.versions, segment.loss_mask, work.admitted_version)
+        oldest = chat.current.oldest_version
+        oldest = work.admitted_version if oldest is None else oldest
         seed = derive_seed(work.seed, chat.requests)
         if request.seed is not None:  # the harness's seed varies the draw, never fixes it across a group
             seed = derive_seed(seed, request.seed)

@@ -1,10 +1,25 @@
 """Render only the new messages of a conversation whose earlier tokens are already held.
 
 A session keeps its conversation as token ids: the prompts it rendered and the ids the policy
-sampled, never re-encoded. When the client sends more messages, only their rendering is
-encoded, and only if the chat template renders the held history the same way whether or not
-messages follow it; otherwise the held tokens are not what the template would give for the
-whole conversation, and the caller must start over (NotIncremental).
+sampled, never re-encoded. When the client sends more messages, only the rendering that follows
+the held tokens is encoded. Two ways to find where that is:
+
+- `continuation_after` (what a session does per request): the session also keeps the text its
+  held tokens stand for (the renderings they were encoded from, the sampled ids decoded). When
+  the template's one-piece rendering of the whole conversation starts with that text, the held
+  tokens are exactly that rendering so far, and the rest is all there is to encode: one render
+  per request, never a second one of the history alone.
+- `continuation_ids` (the reference, and the fallback when the held text is not a prefix, e.g. a
+  reply sampled in another spelling than the template writes it): the history is rendered alone
+  too, and the continuation is taken only if the template renders the held history the same way
+  whether or not messages follow it; otherwise the held tokens are not what the template would
+  give for the whole conversation, and the caller must start over (NotIncremental).
+
+For ChatML templates (every turn closed by <|im_end|>), wherever `continuation_ids` gives ids,
+`continuation_after` gives the same ones (tests/policies/chat/test_chat_render.py replays long
+sessions both ways). It also goes on where the template renders a final reply differently from a
+followed one (a Qwen3-style empty <think> block) yet the held text already is the one-piece
+rendering's: the held tokens are then exactly that rendering, and there is nothing to start over for.
 """
 from __future__ import annotations
 
@@ -27,9 +42,13 @@ def render_text(tokenizer: ChatTokenizerLike, messages: list[dict], tools: Optio
                                          tokenize=False)
 
 
+def encode_text(tokenizer: ChatTokenizerLike, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
 def first_prompt_ids(tokenizer: ChatTokenizerLike, messages: list[dict], tools: Optional[list[dict]]) -> list[int]:
     """The template's rendering of `messages` with the generation prompt, tokenized."""
-    return list(tokenizer.encode(render_text(tokenizer, messages, tools, True), add_special_tokens=False))
+    return encode_text(tokenizer, render_text(tokenizer, messages, tools, True))
 
 
 def continuation_ids(tokenizer: ChatTokenizerLike, history: list[dict], new_messages: list[dict],
@@ -37,10 +56,35 @@ def continuation_ids(tokenizer: ChatTokenizerLike, history: list[dict], new_mess
     """The ids that follow the held tokens of `history` (ending with the sampled end-of-turn
     token of its last, assistant, message) so that they equal the one-piece rendering of
     `history + new_messages` with the generation prompt."""
+    _check_history(history)
+    followed = render_text(tokenizer, history + new_messages, tools, True)
+    return encode_text(tokenizer, followed[_checked_cut(tokenizer, history, followed, tools):])
+
+
+def continuation_after(tokenizer: ChatTokenizerLike, held_text: str, history: list[dict], new_messages: list[dict],
+                       tools: Optional[list[dict]]) -> tuple[list[int], str]:
+    """(the ids that follow the held tokens, the text the held tokens then stand for).
+
+    held_text: the text of the held tokens of `history`, ending with the sampled end-of-turn
+    token of its last, assistant, message. Raises NotIncremental as continuation_ids does."""
+    _check_history(history)
+    followed = render_text(tokenizer, history + new_messages, tools, True)
+    if held_text.endswith(IM_END) and followed.startswith(held_text):
+        cut = len(held_text)  # right after a special token, which BPE never merges with what follows
+    else:
+        cut = _checked_cut(tokenizer, history, followed, tools)
+    return encode_text(tokenizer, followed[cut:]), held_text + followed[cut:]
+
+
+def _check_history(history: list[dict]) -> None:
     if not history or history[-1].get("role") != "assistant":
         raise ValueError("continuation_ids: the history must end with the assistant message the policy produced")
+
+
+def _checked_cut(tokenizer: ChatTokenizerLike, history: list[dict], followed: str, tools: Optional[list[dict]]) -> int:
+    """Where the held history ends in `followed` (the one-piece rendering with the new messages),
+    checked against the history rendered alone."""
     alone = render_text(tokenizer, history, tools, False)
-    followed = render_text(tokenizer, history + new_messages, tools, True)
     cut = alone.rfind(IM_END)
     if cut < 0:
         raise NotIncremental(f"the chat template renders the history without {IM_END}, so the sampled "
@@ -52,7 +96,7 @@ def continuation_ids(tokenizer: ChatTokenizerLike, history: list[dict], new_mess
             f"the chat template renders the history differently once new messages follow it, from character "
             f"{at}: alone {_around(alone, at)} vs followed {_around(followed, at)}")
     # The rest starts right after a special token, which BPE never merges with what follows.
-    return list(tokenizer.encode(followed[cut:], add_special_tokens=False))
+    return cut
 
 
 def first_difference(a, b) -> int:

@@ -11,6 +11,10 @@ the trajectory then trains as several samples sharing its reward) or is refused 
 Messages are compared as the harness means them: tool-call arguments as parsed JSON, a missing
 content as empty, ids of tool calls ignored (harnesses re-number them); roles, names, content,
 reasoning and tool_call_id must match.
+
+Per request the template renders the whole conversation once: the session keeps the text its
+held tokens stand for, and where the rendering starts with it only the rest is encoded
+(policies.chat.chat_render.continuation_after). Each segment keeps the messages its tokens hold.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, List, Literal, Optional, Sequence
 
-from policies.chat.chat_render import NotIncremental, continuation_ids, first_prompt_ids
+from policies.chat.chat_render import NotIncremental, continuation_after, encode_text, render_text
 from policies.chat.chat_tokenizer import IM_END
 from policies.chat.conversation import PROMPT_LOGPROB, PROMPT_VERSION, ChatTokenizerLike
 from policies.chat.openai_wire import ChatRequest, OpenAIError, context_length_error, split_tool_calls, template_messages
@@ -28,10 +32,16 @@ from policies.sample_types import FINISH_STOP, SampleOutput
 @dataclass
 class Segment:
     """One training sample's worth of a trajectory: a prompt, then replies and new messages."""
+    # The messages its tokens hold: the harness's last request, then the reply it got.
+    messages: List[dict] = field(default_factory=list)
+    tools: Optional[list] = None
     token_ids: List[int] = field(default_factory=list)
     loss_mask: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
     versions: List[int] = field(default_factory=list)
+    # The policy version of its oldest sampled token (None before the first reply): kept as
+    # tokens arrive, so a request's age priority costs nothing however long the segment is.
+    oldest_version: Optional[int] = None
 
     def add_context(self, ids: Sequence[int]) -> None:
         self.token_ids.extend(int(t) for t in ids)
@@ -44,6 +54,9 @@ class Segment:
         self.loss_mask.extend([1] * len(ids))
         self.logprobs.extend(float(lp) for lp in logprobs)
         self.versions.extend(int(v) for v in versions)
+        if len(versions):
+            oldest = min(int(v) for v in versions)
+            self.oldest_version = oldest if self.oldest_version is None else min(self.oldest_version, oldest)
 
 
 @dataclass
@@ -74,7 +87,8 @@ def _meaning(message: dict) -> tuple:
 
 def same_history(given: Sequence[dict], kept: Sequence[dict]) -> bool:
     """Whether `given` starts with `kept`, message by message, as the harness means them."""
-    return len(given) >= len(kept) and all(_meaning(a) == _meaning(b) for a, b in zip(given, kept))
+    # Equal dicts mean the same (most of a history comes back as it was sent): only the others are read.
+    return len(given) >= len(kept) and all(a == b or _meaning(a) == _meaning(b) for a, b in zip(given, kept))
 
 
 class ChatSession:
@@ -84,13 +98,27 @@ class ChatSession:
         self._max_context_tokens = max_context_tokens
         self._im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
         self.segments: List[Segment] = []
-        self._messages: List[dict] = []  # every message the current segment's tokens hold
-        self._tools: Optional[list] = None
+        # The current segment's messages as the template takes them (template_messages), and the
+        # text its tokens stand for: kept so that a request converts and encodes only what is new.
+        self._template_messages: List[dict] = []
+        self._held_text = ""
         self.requests = 0
+
+    @property
+    def _messages(self) -> List[dict]:
+        return self.segments[-1].messages if self.segments else []
+
+    @property
+    def _tools(self) -> Optional[list]:
+        return self.segments[-1].tools if self.segments else None
 
     def transcript(self) -> List[dict]:
         """The conversation as the harness last sent it, and the reply it got."""
         return [dict(message) for message in self._messages]
+
+    def segment_messages(self) -> List[List[dict]]:
+        """Each segment's messages (the last one is `transcript()`), in the order of `segments`."""
+        return [[dict(message) for message in segment.messages] for segment in self.segments]
 
     @property
     def current(self) -> Segment:
@@ -103,12 +131,15 @@ class ChatSession:
         messages = list(request.messages)
         if self.segments and request.tools == self._tools and same_history(messages, self._messages) \
                 and len(messages) > len(self._messages):
-            new = messages[len(self._messages):]
-            ids = self._continuation(new, request.tools)
-            if ids is not None:
+            new = template_messages(messages[len(self._messages):])
+            continued = self._continuation(new, request.tools)
+            if continued is not None:
+                ids, held_text = continued
                 self._check_room(len(self.current.token_ids) + len(ids))
                 self.current.add_context(ids)
-                self._messages = messages
+                self.current.messages = messages
+                self._template_messages = self._template_messages + new
+                self._held_text = held_text
                 self.requests += 1
                 return list(self.current.token_ids)
         if self.segments and self._history == "strict":
@@ -116,20 +147,22 @@ class ChatSession:
                               "then the reply this session returned); env.harness.history=strict refuses it: "
                               "send the history unchanged, or run with env.harness.history=split",
                               param="messages", code="history_rewritten")
-        ids = first_prompt_ids(self._tokenizer, template_messages(messages), request.tools)
+        rendered = template_messages(messages)
+        text = render_text(self._tokenizer, rendered, request.tools, True)
+        ids = encode_text(self._tokenizer, text)
         self._check_room(len(ids))
-        segment = Segment()
+        segment = Segment(messages, request.tools)
         segment.add_context(ids)
         self.segments.append(segment)
-        self._messages, self._tools = messages, request.tools
+        self._template_messages, self._held_text = rendered, text
         self.requests += 1
         return list(segment.token_ids)
 
-    def _continuation(self, new: List[dict], tools: Optional[list]) -> Optional[List[int]]:
+    def _continuation(self, new: List[dict], tools: Optional[list]) -> Optional[tuple]:
         if self._messages[-1].get("role") != "assistant":
             return None  # the last request was never answered: its tokens end with no reply to extend
         try:
-            return continuation_ids(self._tokenizer, template_messages(self._messages), template_messages(new), tools)
+            return continuation_after(self._tokenizer, self._held_text, self._template_messages, new, tools)
         except NotIncremental:
             return None  # the template renders history differently once more follows: a new segment
 
@@ -151,13 +184,15 @@ class ChatSession:
             # The turn must be closed for the template's next turn to follow it.
             self.current.add_context([self._im_end_id])
         text = self._tokenizer.decode(text_ids, skip_special_tokens=False)
+        self._held_text += text + IM_END  # what the held tokens now stand for, closed turn included
         if cut is not None:
             text = min((text[:text.find(s)] for s in stop if s in text), key=len, default=text)
         content, tool_calls = split_tool_calls(text)
         message: dict = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        self._messages = self._messages + [message]
+        self.current.messages = self.current.messages + [message]
+        self._template_messages = self._template_messages + template_messages([message])
         # Each token's own text only when the request asked for log-probs: decoding token by
         # token is most of a reply's cost otherwise.
         pieces = [self._tokenizer.decode([t], skip_special_tokens=False) for t in ids] if token_texts else []

@@ -3,10 +3,11 @@ import json
 
 import pytest
 
-from policies.chat.chat_render import first_prompt_ids
-from policies.chat.chat_session import ChatSession
+from policies.chat.chat_render import NotIncremental, continuation_ids, first_prompt_ids
+from policies.chat.chat_session import ChatSession, same_history
 from policies.chat.chat_tokenizer import IM_END, load_chat_tokenizer
 from policies.chat.openai_wire import OpenAIError, parse_chat_request, template_messages
+from policies.chat.tito_check import sampled_text
 from policies.sample_types import SampleOutput
 
 SYSTEM = {"role": "system", "content": "You are a harness's agent."}
@@ -133,3 +134,105 @@ def test_a_prompt_past_the_context_is_a_context_window_error(tok):
         chat.prompt(request([SYSTEM, {"role": "user", "content": "word " * 200}]))
     assert error.value.status == 400 and error.value.code == "context_length_exceeded"
     assert chat.segments == []  # nothing was taken
+
+
+class Counting:
+    """The tokenizer, counting the template's renderings."""
+
+    def __init__(self, tok):
+        self._tok, self.renders = tok, 0
+
+    def apply_chat_template(self, *args, **kwargs):
+        self.renders += 1
+        return self._tok.apply_chat_template(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+
+class FullRender(ChatSession):
+    """The reference: each request's continuation from continuation_ids, the history rendered alone and followed."""
+
+    def _continuation(self, new, tools):
+        if self.transcript()[-1]["role"] != "assistant":
+            return None
+        try:
+            return continuation_ids(self._tokenizer, template_messages(self.transcript()), new, tools), ""
+        except NotIncremental:
+            return None
+
+
+def _call(command, call_id):
+    return {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
+
+
+COMPACT_CALL, REWRITE = 6, 9  # the reply spelled otherwise than the template writes it; the compaction after
+
+
+def _script(turns=14):
+    """(what the policy samples, what the harness sends next) per turn of a long tool-calling session:
+    one or two calls per reply, text around them, a reply spelled otherwise than the template writes
+    it (compact JSON), and a compaction that rewrites the history."""
+    script = []
+    for turn in range(turns):
+        if turn == COMPACT_CALL:
+            script.append(('<tool_call>\n{"name":"bash","arguments":{"command":"ls"}}\n</tool_call>', "tool"))
+        elif turn == REWRITE:
+            script.append(("Summarising what I found.", "compact"))
+        elif turn % 4 == 3:
+            script.append(("Let me check both.\n" + sampled_text({"tool_calls": [
+                _call(f"cat f{turn}.py", "a"), _call(f"pytest -q t{turn}.py", "b")]}), "tool"))
+        elif turn % 5 == 4:
+            script.append(("The bug is in div.", "user"))
+        else:
+            script.append((sampled_text({"tool_calls": [_call(f"grep -n x f{turn}.py", "a")]}), "tool"))
+    return script
+
+
+def _functions(tool_calls):
+    return [call["function"] for call in tool_calls]  # a call's id is drawn afresh per reply
+
+
+def _next_messages(messages, reply, turn, kind):
+    """What a harness sends after `reply`: the reply with its own call ids, then each call's output
+    or a user message; or, compacting, a summary in place of the history."""
+    if kind == "compact":
+        return [SYSTEM, {"role": "user", "content": f"Summary of {turn} turns. Continue."}]
+    calls = [{**call, "id": f"h{turn}-{k}"} for k, call in enumerate(reply.tool_calls)]
+    echoed = {"role": "assistant", "content": reply.content, **({"tool_calls": calls} if calls else {})}
+    outputs = [{"role": "tool", "tool_call_id": call["id"], "content": f"out {turn}.{k}\n"} for k, call in enumerate(calls)]
+    return messages + [echoed] + (outputs or [{"role": "user", "content": f"go on {turn}"}])
+
+
+def test_a_long_session_holds_what_the_full_render_gives_rendering_once_per_request(tok):
+    counted, counted_reference = Counting(tok), Counting(tok)
+    cached, reference = ChatSession(counted, "split", 8192), FullRender(counted_reference, "split", 8192)
+    script, messages, sent = _script(), [SYSTEM, TASK], []
+    for turn, (text, kind) in enumerate(script):
+        sent.append(messages)
+        prompt = cached.prompt(request(messages, tools=BASH))
+        assert prompt == reference.prompt(request(messages, tools=BASH))
+        if not COMPACT_CALL < turn <= REWRITE:  # replies sampled as the template writes them: the one-piece ids
+            assert prompt == first_prompt_ids(tok, template_messages(messages), BASH)
+        if turn in (0, REWRITE + 1):
+            assert cached.current.oldest_version is None  # nothing sampled in this segment yet
+        reply = cached.reply(sampled(tok, [text], version=20 - turn))
+        theirs = reference.reply(sampled(tok, [text], version=20 - turn))
+        assert (reply.content, _functions(reply.tool_calls)) == (theirs.content, _functions(theirs.tool_calls))
+        messages = _next_messages(messages, reply, turn, kind)
+    assert len(cached.segments) == len(reference.segments) == 2  # the compaction started the second
+    for mine, theirs in zip(cached.segments, reference.segments):
+        assert (mine.token_ids, mine.loss_mask, mine.logprobs, mine.versions) == \
+               (theirs.token_ids, theirs.loss_mask, theirs.logprobs, theirs.versions)
+    # Each segment's oldest sampled version (a request's age priority), kept as its replies came.
+    assert [s.oldest_version for s in cached.segments] == [20 - REWRITE, 20 - len(script) + 1]
+    kept = cached.segment_messages()
+    assert [[same_history([a], [b]) for a, b in zip(mine, theirs)] for mine, theirs in
+            zip(kept, reference.segment_messages())] == [[True] * len(mine) for mine in kept]
+    assert kept[-1] == cached.transcript()
+    assert kept[0] == sent[REWRITE] + [{"role": "assistant", "content": "Summarising what I found."}]
+    assert kept[1][:2] == sent[REWRITE + 1] and kept[1][-1]["tool_calls"][0]["function"]["name"] == "bash"
+    # One rendering per request. After the compact reply the held text is no prefix of the rendering,
+    # so the rest of that segment also renders the history alone, as the reference does every time.
+    assert counted.renders == len(script) + (REWRITE - COMPACT_CALL)
+    assert counted_reference.renders == 2 * len(script) - 2  # the first request of each segment renders once
