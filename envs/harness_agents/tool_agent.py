@@ -71,7 +71,8 @@ def main(argv=None) -> int:
             return 2
         calls = message.get("tool_calls") or []
         # Sent back as it came, so the next request extends this one (the gateway's history rule).
-        messages.append({"role": "assistant", "content": message.get("content"), **({"tool_calls": calls} if calls else {})})
+        echoed = {"role": "assistant", "content": message.get("content")}
+        messages.append({**echoed, "tool_calls": calls} if calls else echoed)
         if not calls:
             messages.append({"role": "user", "content": NO_TOOL_CALL})
             continue

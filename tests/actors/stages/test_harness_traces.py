@@ -10,9 +10,10 @@ from actors.stages.harness_traces import expert_reply, harness_reply
 from envs.harness_agents.tool_agent import TOOLS
 from envs.harnesses import SUBMIT_SENTINEL
 
-BASH = [{"type": "function", "function": {"name": "bash", "description": "Execute a bash command",
-                                          "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                                                         "required": ["command"]}}}]
+# mini-swe-agent's tool, in the shape it offers it.
+BASH = [{"type": "function", "function": {
+    "name": "bash", "description": "Execute a bash command",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
 
 
 def _offering(tools):

@@ -32,7 +32,8 @@ def test_it_runs_commands_as_tool_calls_until_finish(workspace, task_file, tmp_p
     finally:
         server.close()
     assert code == 0 and elapsed_s < RUN_BOUND_S and "finished" in output, output[-3000:]
-    assert sorted(p.name for p in workspace.iterdir()) == ["made.txt"] and (workspace / "made.txt").read_text() == "hi\n"
+    assert sorted(p.name for p in workspace.iterdir()) == ["made.txt"]
+    assert (workspace / "made.txt").read_text() == "hi\n"
     assert len(server.requests) == 5  # finish ended it
     first, last = server.requests[0], server.requests[-1]
     assert first["tools"] == TOOLS and "max_tokens" not in first  # the run's own cap applies
