@@ -10,7 +10,8 @@ one, gives other texts and so another tokenizer (the cache key holds them).
 mini-swe-agent's texts are read from the pinned package `make harness` installed (its config YAML and
 its bash tool schema), never copied here, so they are exactly what the harness sends. Only the
 templates' literal parts are taken (jinja's TemplateData): the variables (the task, the output, the
-platform) differ per request.
+platform) differ per request. tool-agent's are its module's own constants (its prompt, its nudge,
+its tools).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ import yaml
 from jinja2 import nodes
 
 from configs.schema import HarnessConfig
-from envs.harnesses import _MINI_CONFIGS, mini_swe_agent_home
+from envs.harness_agents import tool_agent
+from envs.harnesses import MINI_CONFIGS, mini_swe_agent_home
 
 # The templates of a mini-swe-agent config whose literal text reaches the policy.
 _TEMPLATE_KEYS = (("agent", "system_template"), ("agent", "instance_template"),
@@ -46,10 +48,12 @@ class HarnessTexts:
 def harness_texts(cfg: HarnessConfig) -> HarnessTexts:
     """The fixed texts of the harness env.harness names. A `command` harness is a program swerve
     does not know: it gets none (the tokenizer is the tasks' alone)."""
+    if cfg.name == "tool-agent":
+        return HarnessTexts(texts=(tool_agent.SYSTEM_PROMPT, tool_agent.NO_TOOL_CALL), tools=tuple(tool_agent.TOOLS))
     if cfg.name != "mini-swe-agent":
         return HarnessTexts(texts=(), tools=())
     package = _package_dir()
-    config_file, model_class = _MINI_CONFIGS[cfg.mini_swe_agent_config]
+    config_file, model_class = MINI_CONFIGS[cfg.mini_swe_agent_config]
     config_path = os.path.join(package, "config", config_file)
     with open(config_path, encoding="utf-8") as f:
         config = yaml.safe_load(f)

@@ -39,7 +39,7 @@ HARNESS_TMP = "/tmp/swerve-harness"
 TRAJECTORY_PATH = f"{HARNESS_TMP}/mini-swe-agent.traj.json"
 # env.harness.mini_swe_agent_config -> the package's own config file, and the model class that
 # reads replies in its format: the text-based YAML names no class of its own.
-_MINI_CONFIGS = {"default": ("mini.yaml", None), "text": ("mini_textbased.yaml", "litellm_textbased")}
+MINI_CONFIGS = {"default": ("mini.yaml", None), "text": ("mini_textbased.yaml", "litellm_textbased")}
 _SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib", "/etc/")
 TOOL_AGENT = Path(__file__).resolve().parent / "harness_agents" / "tool_agent.py"
 HARNESS_NAMES = ("mini-swe-agent", "tool-agent", "command")
@@ -105,11 +105,11 @@ def harness_command(cfg: HarnessConfig, *, task_file: str, workdir: str,
         raise ValueError(f"command_timeout_s={command_timeout_s}: must be positive")
     if cfg.name == "tool-agent":
         return _tool_agent(cfg, env, command_timeout_s)
-    if cfg.mini_swe_agent_config not in _MINI_CONFIGS:
+    if cfg.mini_swe_agent_config not in MINI_CONFIGS:
         raise ValueError(f"env.harness.mini_swe_agent_config={cfg.mini_swe_agent_config!r}; "
-                         f"allowed: {', '.join(_MINI_CONFIGS)}")
+                         f"allowed: {', '.join(MINI_CONFIGS)}")
     home = mini_swe_agent_home()
-    config_file, model_class = _MINI_CONFIGS[cfg.mini_swe_agent_config]
+    config_file, model_class = MINI_CONFIGS[cfg.mini_swe_agent_config]
     # Later -c specs override earlier ones key by key (its recursive merge), so its own config file,
     # system prompt and templates stay; only limits, cost and paths change.
     specs = [

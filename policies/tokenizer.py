@@ -19,6 +19,13 @@ from policies.chat.chat_tokenizer import IM_END, IM_START, PAD_TOKEN
 from policies.corpus import CORPUS_VERSION, HarnessVocabulary, build_corpus
 
 SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+# The lines CHAT_TEMPLATE writes around any tools offered (kept in step with it by
+# tests/policies/test_tokenizer.py): a harness that offers tools resends them in every request.
+TOOLS_BLOCK_LINES = (
+    "You can call the functions below. Their JSON schemas are inside <tools></tools>:\n",
+    "To call one, answer with a JSON object holding its name and arguments inside <tool_call></tool_call> tags:\n",
+    '{"name": <function-name>, "arguments": <args-json-object>}\n',
+)
 # A harness's line shorter than this stays with the BPE: the saving is small and short lines
 # (`EOF`, a lone brace) would match inside the agent's own text.
 MIN_PHRASE_CHARS = 12
@@ -123,14 +130,16 @@ def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]],
 
 def harness_phrases(harness: HarnessVocabulary) -> List[str]:
     """The harness's lines that become whole tokens: each line of its texts (newline kept) of at
-    least MIN_PHRASE_CHARS, each tool schema as this tokenizer's chat template renders it, and the
-    opening of a call to each tool. First seen first; more than MAX_PHRASES is refused.
+    least MIN_PHRASE_CHARS and, when it offers tools, the chat template's lines around them, each
+    tool schema as the template renders it, and the opening of a call to each tool. First seen first; more than MAX_PHRASES is refused.
 
     Why whole lines: the byte-level pre-tokenizer never merges across words, so no vocabulary
     makes mini-swe-agent's ~780 words of instance template cost fewer than ~780 tokens; as lines it
     is ~90, and the task's own words sit that much closer to the policy's reply."""
     lines = [line for text in harness.texts for line in text.splitlines(keepends=True)
              if len(line.strip()) >= MIN_PHRASE_CHARS]
+    if harness.tools:
+        lines += TOOLS_BLOCK_LINES
     for tool in harness.tools:
         # CHAT_TEMPLATE: `tool | tojson` in the tools block, and a call's fixed opening.
         lines.append(json.dumps(tool, ensure_ascii=False))

@@ -44,5 +44,13 @@ def test_mini_swe_agent_s_texts_are_its_package_s(config):
     assert position > len(rendered) * 0.9
 
 
+def test_tool_agent_s_texts_are_its_module_s():
+    from envs.harness_agents import tool_agent
+
+    texts = harness_texts(HarnessConfig(name="tool-agent"))
+    assert tool_agent.SYSTEM_PROMPT in texts.texts
+    assert [tool["function"]["name"] for tool in texts.tools] == ["run", "finish"]
+
+
 def test_a_command_harness_brings_no_texts():
     assert harness_texts(HarnessConfig(name="command", command="python3 agent.py")).texts == ()

@@ -10,8 +10,8 @@ from transformers import AutoTokenizer
 from configs.schema import TokenizerConfig
 from policies.chat.chat_tokenizer import load_chat_tokenizer
 from policies.corpus import HarnessVocabulary, build_corpus
-from policies.tokenizer import (IM_END, IM_START, MAX_PHRASES, PAD_TOKEN, ensure_tokenizer, harness_phrases,
-                                load_tokenizer)
+from policies.tokenizer import (IM_END, IM_START, MAX_PHRASES, PAD_TOKEN, TOOLS_BLOCK_LINES, ensure_tokenizer,
+                                harness_phrases, load_tokenizer)
 
 
 def test_explicit_path_is_returned(tmp_path):
@@ -214,7 +214,7 @@ def test_a_harness_s_lines_are_one_token_each_and_every_text_round_trips(tmp_pat
     # The tool schema as the chat template renders it, and a call's opening, are one token each.
     messages = [{"role": "system", "content": HARNESS.texts[0] + "fix `mean`"}]
     prompt = tok.apply_chat_template(messages, tools=list(HARNESS.tools), tokenize=False)
-    assert json.dumps(HARNESS.tools[0]) in prompt
+    assert json.dumps(HARNESS.tools[0]) in prompt and all(line in prompt for line in TOOLS_BLOCK_LINES)
     prompt_ids = tok(prompt)["input_ids"]
     assert tok.convert_tokens_to_ids(json.dumps(HARNESS.tools[0])) in prompt_ids
     assert len(tok(HARNESS.texts[0])["input_ids"]) == 3  # two lines and the blank one between them
