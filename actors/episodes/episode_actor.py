@@ -143,6 +143,8 @@ class EpisodeActor:
             traj.loss_mask += segment.loss_mask
             traj.logprobs += segment.logprobs
             traj.versions += segment.versions
+        traj.segment_messages = chat.segment_messages()
+        traj.segment_tools = [segment.tools for segment in chat.segments]
         traj.messages = chat.transcript()
 
     def _renew_env(self) -> None:

@@ -47,6 +47,7 @@ class Trajectory:
     started_s: float = 0.0
     finished_s: float = 0.0
     sandbox_start_s: Optional[float] = None
+    # The conversation; for swerve/Harness-v0 its last segment's (what the harness last sent, and the reply).
     messages: list[dict] = field(default_factory=list)
     # The attempt's final workspace change as a unified diff (SWE-bench `model_patch`); "" when
     # the env reports none.
@@ -59,6 +60,10 @@ class Trajectory:
     # Where each training sample of the trajectory starts in token_ids (swerve/Harness-v0: a
     # request that rewrote the history started a new segment); [0] or empty: one sample.
     segment_starts: list[int] = field(default_factory=list)
+    # swerve/Harness-v0: each segment's messages and the tools its requests offered, aligned with
+    # segment_starts (the last segment's messages are `messages`); empty for other envs.
+    segment_messages: list[list[dict]] = field(default_factory=list)
+    segment_tools: list[Optional[list[dict]]] = field(default_factory=list)
     # swerve/Harness-v0: the harness's exit code, output tail, requests and what was not done as asked.
     harness: dict = field(default_factory=dict)
 
@@ -110,6 +115,8 @@ class Trajectory:
             "segments": max(1, len(self.segment_starts)),
             **({"harness": self.harness} if self.harness else {}),
             "messages": self.messages,
+            **({"segment_messages": self.segment_messages, "segment_tools": self.segment_tools}
+               if self.segment_messages else {}),
         }
 
 

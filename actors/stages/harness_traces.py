@@ -9,7 +9,9 @@ the plan's submit as a call to a tool without parameters (tool-agent's finish) o
 offered, as mini-swe-agent's submit command; a request without tools gets mini-swe-agent's text
 format. The trajectory's
 token ids are then what SFT trains on, segment by segment: the very sequences the policy sees
-and is trained on by RL, the harness's own prompts and observation wording included.
+and is trained on by RL, the harness's own prompts and observation wording included. Each row
+also carries its segment's messages and tools (tool calls kept), so the trace reads as an
+OpenAI-style one too and renders back into the same ids (policies/training/sft.py).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Callable, Optional, Sequence
 
 from actors.episodes.episode_actor import EpisodeActor
 from actors.episodes.gateway import GatewaySpec
-from actors.episodes.trajectory import WorkItem
+from actors.episodes.trajectory import Trajectory, WorkItem
 from configs import Config
 from envs.actions import COMMAND, SUBMIT, parse_action
 from envs.tasks.expert_plan import plan_trace
@@ -99,6 +101,21 @@ class ScriptedReplies:
         return None
 
 
+def trace_rows(traj: Trajectory) -> list[dict]:
+    """A resolved harness trajectory as SFT rows, one per segment: its token ids and loss mask (what
+    SFT trains on), and the segment's messages and tools in message form, tool calls and their
+    results' call ids kept, which the chat template renders back into the same ids."""
+    bounds = [*traj.segment_starts, len(traj.token_ids)]
+    if len(traj.segment_messages) != len(traj.segment_starts) or len(traj.segment_tools) != len(traj.segment_starts):
+        raise ValueError(f"trajectory of {traj.task_id}: {len(traj.segment_starts)} segments but "
+                         f"{len(traj.segment_messages)} message lists and {len(traj.segment_tools)} tool lists; "
+                         f"a harness episode's trajectory keeps one of each per segment (EpisodeActor._take_segments)")
+    return [{"token_ids": traj.token_ids[a:b], "loss_mask": traj.loss_mask[a:b], "messages": messages,
+             **({"tools": tools} if tools else {}), "resolved": True, "task_id": traj.task_id, "segment": k}
+            for k, (a, b, messages, tools) in enumerate(zip(bounds, bounds[1:], traj.segment_messages,
+                                                            traj.segment_tools))]
+
+
 def write_harness_traces(out_file: str, tasks: Sequence[Task], cfg: Config, tokenizer_path: str,
                          on_task: Optional[Callable[[int, int], None]] = None, workers: int = 2) -> dict:
     """One expert trajectory per task through the real harness; resolved ones are written as
@@ -127,8 +144,7 @@ def write_harness_traces(out_file: str, tasks: Sequence[Task], cfg: Config, toke
         traj = episode.run_episode(WorkItem(task, task.id, 0, index, 0, 0, seed=index))
         if traj.outcome != Outcome.RESOLVED.value:
             return []
-        return [{"token_ids": s.token_ids, "loss_mask": s.loss_mask, "resolved": True, "task_id": task.id,
-                 "segment": k} for k, s in enumerate(traj.samples(0.0))]
+        return trace_rows(traj)
 
     try:
         with open(out_file, "w") as handle, ThreadPoolExecutor(max_workers=workers) as pool:

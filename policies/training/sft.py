@@ -2,11 +2,12 @@
 
 Each line: {"messages": [{"role", "content"}, ...], "tools": [...]?, "resolved": bool?}, or a
 token row {"token_ids": [...], "loss_mask": [...], "resolved": bool?}: a trajectory recorded
-token-exactly (an agent harness's, actors/stages/harness_traces.py), trained as it is.
+token-exactly (an agent harness's, actors/stages/harness_traces.py), trained as it is. Messages
+keep what the chat template renders: an assistant's `tool_calls` (arguments as a JSON string, as
+OpenAI writes them, or an object), a tool result's `tool_call_id`, `name`, `reasoning_content`.
 Conversations are rendered with the tokenizer's chat template and tokenized piece by piece
-exactly as rollout sees them (policies/chat/conversation.py): the prompt up to each generation
-prompt, each assistant reply through its end-of-turn token on its own, the text between on its
-own. So SFT trains the same token sequences the policy later samples and is trained on by RL.
+exactly as rollout sees them (policies/chat/conversation.py, chat_session.py): each assistant
+reply through its end-of-turn token on its own, the text between replies on its own. So SFT trains the same token sequences the policy later samples and is trained on by RL.
 By default the loss covers the assistant's tokens (reply + end-of-turn); `loss_on_all_tokens`
 covers everything (LEARNING.md: part of what made SFT work for the tiny model).
 
@@ -66,12 +67,47 @@ def read_traces(path: str, filter_resolved: bool) -> tuple[list[dict], int]:
 
 
 def _clean(message: dict) -> dict:
-    # Trace text must not open or close chat turns (as rollout guarantees for observations).
-    return {"role": message["role"], "content": neutralize_special_tokens(message.get("content") or "")}
+    """The message as a session hands it to the template (policies/chat/openai_wire.template_messages):
+    trace text must not open or close chat turns (as rollout guarantees for observations), and a
+    tool call's arguments are an object, so the template writes them as rollout's replies were."""
+    cleaned = {"role": message["role"], "content": neutralize_special_tokens(message.get("content") or "")}
+    for key in ("name", "tool_call_id", "reasoning_content"):
+        if message.get(key) is not None:
+            cleaned[key] = neutralize_special_tokens(message[key])
+    if message.get("tool_calls"):
+        cleaned["tool_calls"] = [_clean_call(call) for call in message["tool_calls"]]
+    return cleaned
+
+
+def _clean_call(call: dict) -> dict:
+    function = call.get("function", call)
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"tool call {function.get('name')!r}: its arguments are not JSON ({error}); write them "
+                             f"as a JSON object or a string holding one, as OpenAI's tool_calls do") from None
+    cleaned = {"type": "function", "function": {"name": neutralize_special_tokens(function["name"]),
+                                                "arguments": _neutralized(arguments)}}
+    return {"id": call["id"], **cleaned} if "id" in call else cleaned
+
+
+def _neutralized(value):
+    if isinstance(value, str):
+        return neutralize_special_tokens(value)
+    if isinstance(value, list):
+        return [_neutralized(item) for item in value]
+    if isinstance(value, dict):
+        return {neutralize_special_tokens(key): _neutralized(item) for key, item in value.items()}
+    return value
 
 
 def render_example(tokenizer, messages: list[dict], tools: Optional[list] = None,
                    loss_on_all_tokens: bool = False, max_tokens: int = 0) -> Example:
+    """The trace's ids as a session holds them (policies/chat/chat_session.py): each assistant reply
+    through its end-of-turn token on its own, and the text between replies in one piece, rendered
+    once they have all arrived (the template joins consecutive tool results in one turn)."""
     messages = [_clean(m) for m in messages]
     extra = {"tools": tools} if tools else {}
 
@@ -97,22 +133,20 @@ def render_example(tokenizer, messages: list[dict], tools: Optional[list] = None
         return rendered[len(done):]
 
     eos = tokenizer.eos_token or ""
+    after = ""  # the template's text after the last reply's end-of-turn token: it opens the next piece
     for i, message in enumerate(messages):
-        if message["role"] == "assistant":
-            head = render(messages[:i], generation_prompt=True)
-            append(advance(head), 0)
-            done = head
-            full = render(messages[: i + 1])
-            reply = advance(full)
-            cut = reply.rfind(eos) + len(eos) if eos and eos in reply else len(reply)
-            append(reply[:cut], 1)  # the reply through its end-of-turn token: what is sampled
-            if i + 1 < len(messages):  # template text after it belongs to the next turn
-                append(reply[cut:], 0)
-            done = full
-        else:
-            full = render(messages[: i + 1])
-            append(advance(full), 0)
-            done = full
+        if message["role"] != "assistant":
+            continue  # rendered with what follows it, up to the next generation prompt or the end
+        head = render(messages[:i], generation_prompt=True)
+        append(after + advance(head), 0)
+        done = head
+        full = render(messages[: i + 1])
+        reply = advance(full)
+        cut = reply.rfind(eos) + len(eos) if eos and eos in reply else len(reply)
+        append(reply[:cut], 1)  # the reply through its end-of-turn token: what is sampled
+        after, done = reply[cut:], full
+    if messages and messages[-1]["role"] != "assistant":
+        append(after + advance(render(messages)), 0)
     if loss_on_all_tokens:
         mask = [1] * len(ids)
     if ids:

@@ -12,6 +12,8 @@ from actors.training.sample_collector import COUNTERS
 from configs import load_config
 from envs.tasks.loaders import load_tasks
 from policies.chat.chat_tokenizer import load_chat_tokenizer
+from policies.tokenizer import load_tokenizer
+from policies.training.sft import render_example
 
 pytestmark = pytest.mark.slow
 
@@ -51,3 +53,11 @@ def test_expert_traces_through_the_harness_resolve_in_its_own_format(swerve_cach
     assert all(reply in text for reply in replies)  # every expert reply, as mini-swe-agent's tool call
     generated = tokenizer.decode([t for t, m in zip(rows[0]["token_ids"], rows[0]["loss_mask"]) if m])
     assert generated.count("<tool_call>") == len(replies) and "tool_response" not in generated
+    # Each row is a message trace too: its tool calls and their results' call ids kept, rendering
+    # back into the very ids the harness's session held.
+    calls = [call for m in rows[0]["messages"] if m["role"] == "assistant" for call in m["tool_calls"]]
+    assert [json.loads(call["function"]["arguments"])["command"] for call in calls] == plan
+    results = [m for m in rows[0]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == [call["id"] for call in calls][:len(results)]
+    example = render_example(load_tokenizer(tokenizer_path), rows[0]["messages"], rows[0]["tools"])
+    assert (example.token_ids, example.loss_mask[1:]) == (rows[0]["token_ids"], rows[0]["loss_mask"][1:])

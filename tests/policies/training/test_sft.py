@@ -4,7 +4,11 @@ import pytest
 import torch
 
 from configs.schema import SFTConfig
+from policies.chat.chat_session import ChatSession
+from policies.chat.chat_tokenizer import load_chat_tokenizer
 from policies.chat.conversation import Conversation
+from policies.chat.openai_wire import parse_chat_request
+from policies.sample_types import SampleOutput
 from policies.training.sft import read_traces, render_example, run_sft, token_example
 from policies.tokenizer import IM_END
 
@@ -129,3 +133,45 @@ def test_a_cosine_schedule_decays_the_rate_to_zero_by_the_last_step(model_path, 
     with pytest.raises(ValueError, match="sft.lr_schedule='linear'"):
         run_sft(model_path, tokenizer_path, data, str(tmp_path / "bad"),
                 SFTConfig(batch_size=3, epochs=0, max_steps=2, lr_schedule="linear"))
+
+
+def test_tool_calls_in_a_message_trace_render_back_into_the_session_s_tokens(tokenizer, tokenizer_path, tmp_path):
+    """A harness session's segment written as a message trace (actors/stages/harness_traces.py does) trains
+    the very ids and mask the session held: the calls, their results' ids and the tools all kept."""
+    bash = {"type": "function", "function": {"name": "bash", "description": "run a command", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+    chat = ChatSession(load_chat_tokenizer(tokenizer_path), "split", 4096)
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    messages = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "calc.py divides wrongly."}]
+    replies = ['<tool_call>\n{"name": "bash", "arguments": {"command": "cat calc.py"}}\n</tool_call>',
+               'Two at once.\n<tool_call>\n{"name": "bash", "arguments": {"command": "sed -i s#//#/# calc.py"}}\n'
+               '</tool_call>\n<tool_call>\n{"name": "bash", "arguments": {"command": "pytest -q"}}\n</tool_call>',
+               "Fixed: div divides."]
+    for turn, text in enumerate(replies):
+        chat.prompt(parse_chat_request({"model": "m", "messages": messages, "tools": [bash]}))
+        ids = tokenizer.encode(text, add_special_tokens=False) + [im_end]
+        reply = chat.reply(SampleOutput(ids, [0.0] * len(ids), [0] * len(ids), "stop"))
+        echoed = {"role": "assistant", "content": reply.content, "tool_calls": reply.tool_calls} if reply.tool_calls \
+            else {"role": "assistant", "content": reply.content}
+        results = [{"role": "tool", "tool_call_id": call["id"], "content": f"out {turn}.{k}"}
+                   for k, call in enumerate(reply.tool_calls)]
+        messages = messages + [echoed] + results
+    segment = chat.current
+    (tmp_path / "traces.jsonl").write_text(json.dumps({"messages": chat.transcript(), "tools": [bash]}) + "\n")
+    (row,), _ = read_traces(str(tmp_path / "traces.jsonl"), filter_resolved=True)
+    assert row["messages"][4]["tool_calls"][1]["function"]["arguments"] == '{"command": "pytest -q"}'
+    assert row["messages"][6]["tool_call_id"] == row["messages"][4]["tool_calls"][1]["id"]
+    example = render_example(tokenizer, row["messages"], row["tools"])
+    assert example.token_ids == segment.token_ids
+    assert example.loss_mask == segment.loss_mask  # the replies through their end-of-turn tokens, nothing else
+    trained = tokenizer.decode([t for t, m in zip(example.token_ids, example.loss_mask) if m])
+    assert trained.count("<tool_call>") == 3 and '"command": "pytest -q"' in trained
+    # An object for arguments (as chat templates take them) renders the same; arguments that are not JSON are refused.
+    as_objects = [{**m, "tool_calls": [{"function": {"name": c["function"]["name"],
+                                                     "arguments": json.loads(c["function"]["arguments"])}}
+                                       for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in row["messages"]]
+    assert render_example(tokenizer, as_objects, row["tools"]).token_ids == segment.token_ids
+    broken = [*row["messages"][:2], {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "bash", "arguments": "{not json"}}]}]
+    with pytest.raises(ValueError, match="tool call 'bash': its arguments are not JSON"):
+        render_example(tokenizer, broken, row["tools"])
