@@ -3,8 +3,11 @@
 Each scripted conversation is replayed the way a token-exact session holds it: the first prompt
 rendered and encoded, then per assistant turn the ids a model would have sampled (its text
 encoded on its own, then the end-of-turn token), then only the following messages rendered
-(policies.chat.chat_render). The held ids must equal the tokenization of the whole conversation
-rendered in one piece; where they cannot, the first differing token is named.
+(policies.chat.chat_render.continuation_ids). The held ids must equal the tokenization of the
+whole conversation rendered in one piece; where they cannot, the first differing token is named.
+The check is the strict one: a session (which also keeps the text of its held tokens,
+continuation_after) goes on wherever it does, with the same ids, so a template that passes here
+never makes a session start over.
 """
 from __future__ import annotations
 
