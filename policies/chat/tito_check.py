@@ -6,8 +6,8 @@ encoded on its own, then the end-of-turn token), then only the following message
 (policies.chat.chat_render.continuation_ids). The held ids must equal the tokenization of the
 whole conversation rendered in one piece; where they cannot, the first differing token is named.
 The check is the strict one: a session (which also keeps the text of its held tokens,
-continuation_after) goes on wherever it does, with the same ids, so a template that passes here
-never makes a session start over.
+continuation_after) goes on wherever it does, with the same ids: where a conversation passes
+here, a session holding it would not start over either.
 """
 from __future__ import annotations
 
