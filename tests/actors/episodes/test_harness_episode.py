@@ -114,6 +114,8 @@ def test_a_harness_in_the_jail_is_served_token_exactly_and_graded(tmp_path, engi
     generated = [(t, lp) for t, lp, m in zip(traj.token_ids, traj.logprobs, traj.loss_mask) if m]
     assert generated == list(zip(out1.token_ids + out2.token_ids, out1.logprobs + out2.logprobs))
     assert traj.messages[0] == {"role": "system", "content": "HARNESS SYSTEM PROMPT"}
+    assert traj.segment_messages == [traj.messages] and traj.segment_tools == [None]  # one segment, no tools
+    assert [m["role"] for m in traj.messages] == ["system", "user", "assistant", "user", "assistant"]
     assert traj.model_patch and not traj.tampered
 
 
