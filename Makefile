@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup debian sglang-side harness harbor docker chromium suite-clock test test-fast check run check-dashboard clean
+.PHONY: setup debian sglang-side harness harbor docker chromium suite-clock test test-fast check run harness-recipe check-dashboard clean
 
 setup: $(STAMP) harness
 
@@ -175,6 +175,14 @@ test-fast: setup
 ARGS ?=
 run: setup
 	$(VENV)/bin/swerve pipeline --config configs/default.yaml $(ARGS)
+
+# The harness recipe (README, "Training your own agent harness"): base, SFT on expert traces made
+# through the unmodified harness, async GRPO, eval on the 100 held-out micro tasks. mini-swe-agent's
+# tool-calling configuration by default; HARNESS_CONFIG=configs/harness_tool_agent.yaml trains the
+# second harness, ARGS='env.harness.mini_swe_agent_config=text' mini-swe-agent's text-based one.
+HARNESS_CONFIG ?= configs/harness_mini_swe_agent.yaml
+harness-recipe: setup
+	$(PY) -m actors pipeline --config $(HARNESS_CONFIG) $(ARGS)
 
 # A real headless browser shows our roles in Ray's dashboard during a short run; the screenshot
 # is left at runs/check-dashboard/dashboard-actors.png.

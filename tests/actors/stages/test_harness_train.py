@@ -1,11 +1,14 @@
-"""configs/harness_mini_swe_agent.yaml on a real local Ray: mini-swe-agent, unmodified, in every
-sandbox; the trainer steps on what the gateway served; the accounting identity holds."""
+"""configs/harness_mini_swe_agent.yaml through `make harness-recipe` on a real local Ray: mini-swe-agent,
+unmodified, in every sandbox; every stage runs; the trainer steps on what the gateway served; the
+accounting identity holds. And the expert's traces through the harness."""
 import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from actors.stages.driver import train
 from actors.stages.harness_traces import harness_reply, planned_commands, write_harness_traces
 from actors.stages.policy_setup import ensure_policy
 from actors.training.sample_collector import COUNTERS
@@ -17,21 +20,35 @@ from policies.training.sft import render_example
 
 pytestmark = pytest.mark.slow
 
+REPO = Path(__file__).resolve().parents[3]
+# The recipe at its smallest: every stage runs (base eval, traces, SFT, one RL update, SFT and RL evals).
 SMALL = ["trainer.total_steps=1", "rollout.group_size=2", "rollout.groups_per_batch=1", "engine.num_engines=1",
-         "rollout.num_episode_actors=2", "env.harness.max_requests=2", "rollout.max_tokens_per_turn=24"]
+         "rollout.num_episode_actors=2", "env.harness.max_requests=2", "rollout.max_tokens_per_turn=24",
+         "pipeline.base_eval_tasks=2", "pipeline.trace_tasks=2", "sft.max_steps=2", "sft.batch_size=2",
+         "eval.num_tasks=2", "eval.attempts=1", "ray.dashboard=false"]
 
 
-def test_the_recipe_trains_mini_swe_agent_and_keeps_the_books(ray_session, swerve_cache, tmp_path):
-    cfg = load_config("configs/harness_mini_swe_agent.yaml", [*SMALL, f"run.dir={tmp_path}", "run.name=harness",
-                                                              f"model.cache_dir={swerve_cache}",
-                                                              f"tokenizer.cache_dir={swerve_cache}"])
-    path = train(cfg)
-    accounting = json.loads((path / "accounting.json").read_text())
+def test_make_harness_recipe_runs_every_stage_and_keeps_the_books(swerve_cache, tmp_path):
+    """`make harness-recipe` as README advertises it (mini-swe-agent, unmodified, in every sandbox),
+    at its smallest: the stages run, the trainer steps on what the gateway served, the books balance."""
+    venv = Path(sys.executable).parent.parent  # the suite's own: its set-up stamp is there
+    args = " ".join([*SMALL, f"run.dir={tmp_path}", "run.name=harness", f"model.cache_dir={swerve_cache}",
+                     f"tokenizer.cache_dir={swerve_cache}"])
+    done = subprocess.run(["make", "--no-print-directory", "harness-recipe", f"VENV={venv}", f"ARGS={args}",
+                           f"TEST_REPORT={tmp_path / 'make'}", f"SETUP_TIMES={tmp_path / 'make' / 'steps.txt'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    root = tmp_path / "harness"
+    summary = json.loads((root / "summary.json").read_text())
+    assert {"base_pass_at_1", "sft_pass_at_1", "rl_pass_at_1"} <= set(summary) and summary["eval_tasks"] == 2
+    assert summary["sft_pass_at_1"] is not None and summary["rl_minus_sft"]["tasks"] == 2
+    (accounting_file,) = root.glob("**/accounting.json")
+    accounting = json.loads(accounting_file.read_text())
     assert accounting["identity_holds"] is True and accounting["trained"] >= 2
     assert accounting["admitted"] == sum(accounting[k] for k in COUNTERS[1:])
-    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (accounting_file.parent / "metrics.jsonl").read_text().splitlines()]
     assert [r["policy_version"] for r in rows] == [1]
-    trajectories = [json.loads(line) for f in sorted((path / "trajectories").glob("*.jsonl"))
+    trajectories = [json.loads(line) for f in sorted((accounting_file.parent / "trajectories").glob("*.jsonl"))
                     for line in f.read_text().splitlines()]
     scored = [t for t in trajectories if t["outcome"] != "infra_error"]
     assert scored and all(t["messages"][0]["content"].startswith("You are a helpful assistant") for t in scored)
