@@ -8,7 +8,9 @@ for the player, which renders and generates. Each action is the answer to that r
 `{"status": 200, "body": {chat.completion}}` or an error body with its status. The episode ends
 when the harness exits (its own "submit" just ends it): the workspace is then graded on the
 pristine view exactly as swerve/SWE-v0 grades it, tamper protection included. A cap ends it
-truncated: env.harness.max_requests, or rollout's episode time through `options["deadline_s"]`.
+truncated: a request past env.harness.max_requests (the last reply allowed still acts: a harness
+that ends within LAST_REPLY_GRACE_S of it is graded), or rollout's episode time through
+`options["deadline_s"]`.
 
 The harness's only network route is its session: the sandbox's gateway socket, reached through
 a forwarder on the jail's loopback (envs/sandboxes/gateway_route.py). A harness that fails because of what
@@ -42,6 +44,9 @@ OUTPUT_TAIL_CHARS = 4000
 STOP_GRACE_S = 2
 STOP_WAIT_S = 30.0
 _POLL_S = 0.05
+# How long a harness may take to end after the last reply env.harness.max_requests allows (writing
+# its own files, running that reply's command): the harnesses here end in well under a second.
+LAST_REPLY_GRACE_S = 5.0
 
 
 class HarnessEnv(gymnasium.Env):
@@ -106,13 +111,16 @@ class HarnessEnv(gymnasium.Env):
         status, body = _parse_answer(action)
         self._pending.answer(status, body)
         self._pending = None
-        if self._session.requests >= self.harness_config.max_requests:
-            return self._truncate(f"env.harness.max_requests={self.harness_config.max_requests} reached")
-        obs, terminated, info = self._wait()
+        last = self._session.requests >= self.harness_config.max_requests
+        # The last reply allowed still acts (a finish, a final command): the harness gets a moment
+        # to end on it, and is graded if it does; asking again, or lingering, is the cap.
+        obs, terminated, info = self._wait(LAST_REPLY_GRACE_S if last else None)
         if terminated:
             return self._grade(info)
         if info.get("truncated"):
             return self._truncate(info["truncated"])
+        if last:
+            return self._truncate(f"env.harness.max_requests={self.harness_config.max_requests} reached")
         return obs, 0.0, False, False, info
 
     def final_change(self) -> tuple[str, dict]:
@@ -148,8 +156,10 @@ class HarnessEnv(gymnasium.Env):
         self._thread = threading.Thread(target=run, name=f"harness-{self._session.sid}", daemon=True)
         self._thread.start()
 
-    def _wait(self) -> tuple[str, bool, dict]:
-        """The next request (obs, False, info), or the harness's end (text, True, info)."""
+    def _wait(self, within_s: Optional[float] = None) -> tuple[str, bool, dict]:
+        """The next request (obs, False, info), or the harness's end (text, True, info); with
+        `within_s`, (obs or "", False, info) once that long passed without the harness ending."""
+        until = time.monotonic() + within_s if within_s is not None else None
         while True:
             pending = self._session.next_request(_POLL_S)
             if pending is not None:
@@ -160,6 +170,8 @@ class HarnessEnv(gymnasium.Env):
                 return "", True, self._harness_end()
             if time.monotonic() > self._deadline:
                 return "", False, {"truncated": "the episode's time cap (rollout.max_episode_seconds) passed"}
+            if until is not None and time.monotonic() > until:
+                return "", False, {"outcome": None}
 
     def _harness_end(self) -> dict:
         if "error" in self._result:

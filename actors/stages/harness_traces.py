@@ -9,7 +9,9 @@ the plan's submit as a call to a tool without parameters (tool-agent's finish) o
 offered, as mini-swe-agent's submit command; a request without tools gets mini-swe-agent's text
 format. The trajectory's
 token ids are then what SFT trains on, segment by segment: the very sequences the policy sees
-and is trained on by RL, the harness's own prompts and observation wording included. Each row
+and is trained on by RL, the harness's own prompts and observation wording included.
+pipeline.recovery_rate of the traces, as for swerve/SWE-v0's, make a wrong edit first (checked in
+swerve/SWE-v0 to fail the tests), see the tests fail, look again and fix it. Each row
 also carries its segment's messages and tools (tool calls kept), so the trace reads as an
 OpenAI-style one too and renders back into the same ids (policies/training/sft.py).
 """
@@ -25,11 +27,13 @@ from actors.episodes.episode_actor import EpisodeActor
 from actors.episodes.gateway import GatewaySpec
 from actors.episodes.trajectory import Trajectory, WorkItem
 from configs import Config
+from configs.schema import EnvConfig
 from envs.actions import COMMAND, SUBMIT, parse_action
-from envs.tasks.expert_plan import plan_trace
+from envs.expert import WRONG_EDITS_TRIED, run_trace
+from envs.tasks.expert_plan import has_wrong_edit, parse_gold_patch, plan_trace, read_lines, wrong_lines
 from envs.harnesses import SUBMIT_SENTINEL
 from envs.sandboxes.local_sandbox import LocalSandbox
-from envs.make import env_sandbox
+from envs.make import env_sandbox, make_env
 from envs.outcomes import Outcome
 from envs.tasks.task import Task
 from policies.chat.chat_tokenizer import IM_END, load_chat_tokenizer
@@ -65,10 +69,11 @@ def expert_reply(step: Optional[str], request: ChatRequest) -> str:
     return _tool_call(runner["name"], {"command": submit if step is None else step})
 
 
-def planned_steps(task: Task, rng: random.Random) -> list[Optional[str]]:
-    """The expert's commands for the task, None where it submits."""
+def planned_steps(task: Task, rng: random.Random, wrong: Optional[str] = None) -> list[Optional[str]]:
+    """The expert's commands for the task, None where it submits; with `wrong` (a wrong version of
+    the fixed line), a wrong edit first, the failing tests, a second look and the fix."""
     steps: list[Optional[str]] = []
-    for _, reply in plan_trace(task, rng, None, False):
+    for _, reply in plan_trace(task, rng, wrong, False):
         action = parse_action(reply)
         if action.kind == COMMAND:
             steps.append(action.command)
@@ -122,10 +127,16 @@ def write_harness_traces(out_file: str, tasks: Sequence[Task], cfg: Config, toke
     token rows (one per segment). Returns counts."""
     tokenizer = load_chat_tokenizer(tokenizer_path)
     sandbox_cfg = env_sandbox(cfg.env, cfg.sandbox)
-    counts = {"tasks": len(tasks), "resolved": 0, "rows": 0, "segments_split": 0}
+    counts = {"tasks": len(tasks), "resolved": 0, "rows": 0, "segments_split": 0, "with_recovery": 0}
+    # As for swerve/SWE-v0's traces (envs/expert.py): pipeline.recovery_rate of the traces make a wrong
+    # edit, see the tests fail, look again and fix it; tasks without a plausible wrong edit get none,
+    # so the others get more.
+    recoverable = {task.id for task in tasks if has_wrong_edit(task)}
+    recovery_rate = min(1.0, cfg.pipeline.recovery_rate * len(tasks) / len(recoverable)) if recoverable else 0.0
     lock = threading.Lock()
     local = threading.local()
     actors: list[EpisodeActor] = []
+    checkers: list = []
 
     def actor() -> EpisodeActor:
         if not hasattr(local, "actor"):
@@ -135,22 +146,45 @@ def write_harness_traces(out_file: str, tasks: Sequence[Task], cfg: Config, toke
                 actors.append(local.actor)
         return local.actor
 
-    def one(index_task: tuple[int, Task]) -> list[dict]:
-        index, task = index_task
-        rng = random.Random(f"{cfg.run.seed}/{task.id}")
+    def checks_out(task: Task, wrong: str) -> bool:
+        """Whether the recovery plan holds step by step (the wrong edit applies and makes the tests
+        fail, the fix makes them pass), played first in swerve/SWE-v0: a harness reports commands'
+        exit codes only in its own wording."""
+        if not hasattr(local, "checker"):
+            local.checker = make_env(EnvConfig(swe=cfg.env.swe), sandbox_cfg)
+            with lock:
+                checkers.append(local.checker)
+        steps = plan_trace(task, random.Random(f"{cfg.run.seed}/{task.id}"), wrong, False)
+        return run_trace(local.checker, task, steps, "", True) is not None
+
+    def play(index: int, task: Task, wrong: Optional[str]) -> list[dict]:
         episode = actor()
-        episode.engines = ScriptedReplies(tokenizer, planned_steps(task, rng),
-                                          lambda: episode.env.unwrapped.pending_request)
+        # The plan's own RNG, whatever was drawn for the recovery: a plain plan is the same with or without it.
+        steps = planned_steps(task, random.Random(f"{cfg.run.seed}/{task.id}"), wrong)
+        episode.engines = ScriptedReplies(tokenizer, steps, lambda: episode.env.unwrapped.pending_request)
         traj = episode.run_episode(WorkItem(task, task.id, 0, index, 0, 0, seed=index))
-        if traj.outcome != Outcome.RESOLVED.value:
-            return []
-        return trace_rows(traj)
+        return trace_rows(traj) if traj.outcome == Outcome.RESOLVED.value else []
+
+    def one(index_task: tuple[int, Task]) -> tuple[list[dict], bool]:
+        """The task's rows, and whether they hold a recovery."""
+        index, task = index_task
+        choice = random.Random(f"{cfg.run.seed}/{task.id}/recovery")
+        if task.id in recoverable and choice.random() < recovery_rate:
+            fix = parse_gold_patch(task.gold_patch)
+            candidates = wrong_lines(fix, read_lines(task, fix.path))
+            choice.shuffle(candidates)
+            for wrong in candidates[:WRONG_EDITS_TRIED]:
+                rows = play(index, task, wrong) if checks_out(task, wrong) else []
+                if rows:
+                    return rows, True
+        return play(index, task, None), False
 
     try:
         with open(out_file, "w") as handle, ThreadPoolExecutor(max_workers=workers) as pool:
-            for done, rows in enumerate(pool.map(one, enumerate(tasks)), 1):
+            for done, (rows, recovered) in enumerate(pool.map(one, enumerate(tasks)), 1):
                 with lock:
                     counts["resolved"] += bool(rows)
+                    counts["with_recovery"] += bool(rows) and recovered
                     counts["rows"] += len(rows)
                     counts["segments_split"] += max(0, len(rows) - 1)
                     for row in rows:
@@ -161,4 +195,6 @@ def write_harness_traces(out_file: str, tasks: Sequence[Task], cfg: Config, toke
         for episode in actors:
             episode.env.close()
             episode.harness[1].close()
+        for checker in checkers:
+            checker.close()
     return counts

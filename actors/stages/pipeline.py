@@ -162,7 +162,6 @@ def _expert_traces(story: _Story, traces: Path, tasks: list) -> dict:
     if takes_harness(cfg.env.id):  # the harness itself makes them, in its own format
         counts = write_harness_traces(str(traces), tasks, cfg, story.tokenizer_path, on_task=progress,
                                       workers=cfg.pipeline.trace_workers or os.cpu_count() or 1)
-        counts["with_recovery"] = 0
     else:
         counts = write_traces(str(traces), tasks, cfg.pipeline, cfg.env, cfg.sandbox, cfg.run.seed, on_task=progress)
     bar.finish()

@@ -74,7 +74,8 @@ class HarnessConfig:
     # Under swerve/Harness-v0 it must lie between sandbox.command_timeout_s and
     # rollout.max_episode_seconds (configs/loader.py), and the defaults do.
     step_timeout_s: float = 120.0
-    # The episode ends (truncated) after this many model calls.
+    # Model calls a harness gets: the last one's reply still acts (a harness that then ends is
+    # graded); asking for one more ends the episode truncated.
     max_requests: int = 30
     # A request's own temperature differs from the rollout's: "record" it (sampling stays at the
     # rollout temperature), or "refuse" it (400).

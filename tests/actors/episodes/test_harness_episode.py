@@ -125,7 +125,8 @@ def test_a_harness_that_ignores_its_session_end_is_stopped_at_the_request_cap(tm
     traj, _ = run(tmp_path, engine, tokenizer_path, task,
                   lambda script, patch: f"python3 {script} {patch} 1; sleep 1000", max_requests=1)
     assert traj.outcome == "truncated" and traj.turns == 1 and traj.reward == 0.0
-    assert traj.harness["requests"] == 1 and traj.harness["harness_exit_code"] != 0  # stopped, not finished
+    # Its second request, past the cap, is never answered: stopped, not finished.
+    assert traj.harness["requests"] == 2 and traj.harness["harness_exit_code"] != 0
 
 
 @pytest.mark.parametrize("config", ["default", "text"])
@@ -159,3 +160,13 @@ def test_an_engine_failure_is_an_infra_error_and_stops_the_harness(tmp_path, eng
                         lambda script, patch: f"python3 {script} {patch} 1; sleep 1000", fail_at=1, max_requests=2)
     assert failed.outcome == "infra_error" and failed.infra_source == "engine"
     assert again.outcome in ("resolved", "unresolved", "truncated"), (again.outcome, again.error)
+
+
+def test_the_last_reply_allowed_still_acts_and_a_harness_that_then_ends_is_graded(tmp_path, engine, tokenizer_path,
+                                                                                   task):
+    # Its two requests, then it applies its fix and ends: at max_requests=2 that is graded, not truncated
+    # (the cap used to end the episode before the harness could act on its last reply).
+    traj, _ = run(tmp_path, engine, tokenizer_path, task, lambda script, patch: f"python3 {script} {patch} 1",
+                  max_requests=2)
+    assert traj.outcome == "resolved" and traj.turns == 2 and traj.reward == 1.0, (traj.outcome, traj.error)
+    assert traj.harness["requests"] == 2 and traj.harness["harness_exit_code"] == 0

@@ -13,6 +13,7 @@ from actors.stages.harness_traces import harness_reply, planned_commands, write_
 from actors.stages.policy_setup import ensure_policy
 from actors.training.sample_collector import COUNTERS
 from configs import load_config
+from envs.tasks.expert_plan import has_wrong_edit
 from envs.tasks.loaders import load_tasks
 from policies.chat.chat_tokenizer import load_chat_tokenizer
 from policies.tokenizer import load_tokenizer
@@ -57,11 +58,12 @@ def test_make_harness_recipe_runs_every_stage_and_keeps_the_books(swerve_cache, 
 
 def test_expert_traces_through_the_harness_resolve_in_its_own_format(swerve_cache, tmp_path):
     cfg = load_config("configs/harness_mini_swe_agent.yaml", [f"model.cache_dir={swerve_cache}",
-                                                              f"tokenizer.cache_dir={swerve_cache}"])
+                                                              f"tokenizer.cache_dir={swerve_cache}",
+                                                              "pipeline.recovery_rate=0"])
     tokenizer_path, _ = ensure_policy(cfg)
     tasks = load_tasks("micro", "train")[:2]
     counts = write_harness_traces(str(tmp_path / "traces.jsonl"), tasks, cfg, tokenizer_path, workers=1)
-    assert counts == {"tasks": 2, "resolved": 2, "rows": 2, "segments_split": 0}
+    assert counts == {"tasks": 2, "resolved": 2, "rows": 2, "segments_split": 0, "with_recovery": 0}
     rows = [json.loads(line) for line in (tmp_path / "traces.jsonl").read_text().splitlines()]
     tokenizer = load_chat_tokenizer(tokenizer_path)
     text = tokenizer.decode(rows[0]["token_ids"])
@@ -78,3 +80,21 @@ def test_expert_traces_through_the_harness_resolve_in_its_own_format(swerve_cach
     assert [m["tool_call_id"] for m in results] == [call["id"] for call in calls][:len(results)]
     example = render_example(load_tokenizer(tokenizer_path), rows[0]["messages"], rows[0]["tools"])
     assert (example.token_ids, example.loss_mask[1:]) == (rows[0]["token_ids"], rows[0]["loss_mask"][1:])
+
+
+def test_a_share_of_harness_traces_recover_from_a_wrong_edit(swerve_cache, tmp_path):
+    """pipeline.recovery_rate of the traces (tool-agent's here) edit wrongly, see the tests fail, look
+    again and fix the line: the policy learns what to do after a failed edit."""
+    cfg = load_config("configs/harness_tool_agent.yaml", [f"model.cache_dir={swerve_cache}",
+                                                          f"tokenizer.cache_dir={swerve_cache}",
+                                                          "pipeline.recovery_rate=1.0"])
+    tokenizer_path, _ = ensure_policy(cfg)
+    task = next(t for t in load_tasks("micro", "train") if has_wrong_edit(t))
+    counts = write_harness_traces(str(tmp_path / "traces.jsonl"), [task], cfg, tokenizer_path, workers=1)
+    assert counts["resolved"] == 1 and counts["with_recovery"] == 1
+    (row,) = [json.loads(line) for line in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    outputs = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+    commands = [json.loads(call["function"]["arguments"]).get("command", "") for m in row["messages"]
+                if m["role"] == "assistant" for call in m["tool_calls"]]
+    assert sum(command.startswith("sed -i") for command in commands) == 2  # the wrong edit, then the fix
+    assert any(out.startswith("exit 1") for out in outputs) and outputs[-1].startswith("exit 0")
