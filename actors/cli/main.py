@@ -8,6 +8,7 @@ import sys
 from actors.cli import tasks_cli
 from actors.report import console
 from configs import ConfigError, load_config
+from configs.schema.engine import REQUEST_LOG_LEVELS
 from policies.server.options import DEFAULT_PORT
 
 
@@ -25,10 +26,13 @@ def _serve(args: argparse.Namespace) -> int:
     """A standalone CPU engine on 127.0.0.1 (SGLang's native API and the OpenAI-compatible
     /v1/chat/completions, /v1/models) for the configured model, or --model DIR."""
     from actors.stages.policy_setup import ensure_policy
-    from policies.server.app import serve
+    from policies.server.app import configure_logging, serve
     from policies.server.options import engine_server_config
 
-    cfg = load_config(args.config, [*args.overrides, *([f"model.path={args.model}"] if args.model else [])])
+    cfg = load_config(args.config, [*args.overrides, *([f"model.path={args.model}"] if args.model else []),
+                                    *([f"engine.request_log_level={args.request_log_level}"]
+                                      if args.request_log_level else [])])
+    configure_logging("info")  # each request's line shows at engine.request_log_level info or above
     _, model_path = ensure_policy(cfg)
     print(f"[swerve] serving {model_path} on http://127.0.0.1:{args.port} "
           f"(OpenAI-compatible: http://127.0.0.1:{args.port}/v1)", flush=True)
@@ -144,6 +148,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1 (0 picks a free one)")
     serve.add_argument("--model", default="", help="a model directory to serve, e.g. runs/NAME/policy "
                                                    "(model.path; default: the configured model)")
+    serve.add_argument("--request-log-level", choices=REQUEST_LOG_LEVELS, default="",
+                       help="the level of each request's log line: method, path, status, tokens, time "
+                            "(engine.request_log_level, default info: shown; debug: hidden; off: none)")
     serve.set_defaults(func=_serve)
     plan = with_config(sub.add_parser("plan", help="what a run would start where: roles, nodes, GPUs, limits"))
     plan.add_argument("--mode", choices=("train", "eval"), default="train")

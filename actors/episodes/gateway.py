@@ -2,6 +2,7 @@
 
     POST /sessions/<id>/v1/chat/completions   (JSON or SSE, as the request asks)
     GET  /sessions/<id>/v1/models
+    GET  /sessions/<id>/v1/models/<model id>
 
 Each episode actor runs one gateway beside its sandbox lease, listening on the lease's Unix
 socket (bound into the jail, where a forwarder on the jail's loopback is the harness's only
@@ -12,12 +13,17 @@ no connection cap and no shared core serving every agent.
 The gateway owns the wire: it parses and validates a request (a bad one is answered at once,
 OpenAI-style, and never reaches the episode), hands it to its session's inbox and waits for the
 episode's answer (status, body) for at most `request_deadline_s`, then writes it as JSON or SSE.
-What to answer is the episode's business (actors/episodes/harness_player.py).
+What to answer is the episode's business (actors/episodes/harness_player.py): a request without
+`max_tokens` gets the room its trajectory has left (min(engine.max_context_tokens,
+rollout.max_total_tokens) less the prompt), and no turn more than `rollout.max_tokens_per_turn`,
+the per-turn bound training set. A stream is written once the answer is whole (the episode generates
+through the run's router, unstreamed). Every request is logged as one line at debug (logger
+`swerve.requests`: method, path, status, tokens, time, an error's code and message), and every
+error, an unknown route or a body that is not JSON or not Unicode included, is OpenAI's JSON error.
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import queue
@@ -31,15 +37,18 @@ from aiohttp import web
 
 from configs.schema import DeadlinesConfig
 from envs.sandboxes.gateway_route import make_connectable
-from policies.server.sse import stream_sse
+from policies.server.wire_http import note_error, note_usage, request_log_level, stream_sse, wire_middleware
 
-from policies.chat.openai_wire import ChatRequest, OpenAIError, models_body, not_found_error, parse_chat_request, stream_events
+from policies.chat.openai_wire import (ChatRequest, OpenAIError, model_not_found_error, model_object, models_body,
+                                       not_found_error, parse_chat_request, parse_json, stream_events)
 
 log = logging.getLogger(__name__)
 
 SESSIONS = "/sessions/{sid}/v1"
 # The id /models reports and replies carry; a harness may name the model anything.
 POLICY_MODEL_ID = "swerve-policy"
+# Each request's log line: at debug, as an episode actor serves many (Python logging shows them when asked).
+REQUEST_LOG_LEVEL = "debug"
 
 
 @dataclass(frozen=True)
@@ -160,9 +169,11 @@ class Gateway:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=self.step_s)
 
     async def _start(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_openai_errors])
+        app = web.Application(client_max_size=64 * 1024 * 1024,
+                              middlewares=[wire_middleware(request_log_level(REQUEST_LOG_LEVEL))])
         app.router.add_post(SESSIONS + "/chat/completions", self._chat)
         app.router.add_get(SESSIONS + "/models", self._models)
+        app.router.add_get(SESSIONS + "/models/{model_id:.+}", self._model)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
 
@@ -187,16 +198,21 @@ class Gateway:
         self._session(request)
         return web.json_response(models_body(self.model, self.max_model_len, 0))
 
+    async def _model(self, request: web.Request) -> web.Response:
+        self._session(request)
+        if request.match_info["model_id"] != self.model:
+            raise model_not_found_error(request.match_info["model_id"], self.model)
+        return web.json_response(model_object(self.model, self.max_model_len, 0))
+
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         session = self._session(request)
-        raw = await request.read()
         try:
-            body = json.loads(raw)
-        except ValueError as error:
-            session.refused += 1
-            raise OpenAIError(400, f"the body is not JSON: {str(error)[:200]}") from error
-        try:
-            chat = parse_chat_request(body)
+            try:
+                raw = await request.read()
+            except web.HTTPRequestEntityTooLarge as error:
+                raise OpenAIError(413, f"the request body is larger than the gateway takes ({error.text})",
+                                  code="request_too_large") from error
+            chat = parse_chat_request(parse_json(raw))
         except OpenAIError:
             session.refused += 1
             raise
@@ -208,21 +224,13 @@ class Gateway:
         except asyncio.TimeoutError as error:
             raise OpenAIError(504, f"no reply within deadlines.gateway_request_s={self.request_deadline_s:g}s",
                               code="timeout", type="server_error") from error
+        usage = reply.get("usage") if status == 200 else None
+        if usage:
+            note_usage(request, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
+        elif isinstance(reply.get("error"), dict):
+            error = reply["error"]
+            note_error(request, OpenAIError(status, str(error.get("message", "")), code=error.get("code"),
+                                            type=str(error.get("type", "invalid_request_error"))))
         if status != 200 or not chat.stream:
             return web.json_response(reply, status=status)
         return await stream_sse(request, stream_events(reply, chat.include_usage))
-
-
-@web.middleware
-async def _openai_errors(request: web.Request, handler):
-    """Every error leaves as OpenAI's JSON error object, an unknown route too; never a 500 page."""
-    try:
-        return await handler(request)
-    except OpenAIError as error:
-        return web.json_response(error.body(), status=error.status)
-    except web.HTTPNotFound:
-        error = not_found_error(request.path)
-        return web.json_response(error.body(), status=error.status)
-    except web.HTTPMethodNotAllowed as error:
-        return web.json_response(OpenAIError(405, f"{request.method} {request.path} is not allowed: "
-                                             f"use {', '.join(sorted(error.allowed_methods))}").body(), status=405)

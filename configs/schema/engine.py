@@ -39,6 +39,9 @@ class SimEngineConfig:
 # server command in policies/engines/process.py SERVER_COMMANDS and its actor class in
 # actors/fleet/remote.py REMOTE_ENGINES ("sim" has no server); both check themselves against this
 # list when imported (check_backend_registry).
+# engine.request_log_level: the level of the CPU server's per-request log line ("off": none).
+RequestLogLevel = Literal["debug", "info", "warning", "error", "off"]
+REQUEST_LOG_LEVELS: tuple[str, ...] = typing.get_args(RequestLogLevel)
 EngineBackend = Literal["cpu", "sglang", "sim"]
 ENGINE_BACKENDS: tuple[str, ...] = typing.get_args(EngineBackend)
 # The backends that run in their actor, with no server process.
@@ -109,4 +112,9 @@ class EngineConfig:
     max_concurrency: int = 1024
     # Extra command-line arguments for the server process.
     server_args: List[str] = field(default_factory=list)
+    # backend cpu (and `swerve serve`, its --request-log-level): the level at which the server logs one line
+    # per HTTP request (method, path, status, prompt and completion tokens, seconds; an error's code and
+    # message), through Python logging (logger `swerve.requests`); "off": no line. `swerve serve` shows info
+    # and above; an engine's server process (--log-level warning) shows them only at warning or error.
+    request_log_level: RequestLogLevel = "info"
     sim: SimEngineConfig = field(default_factory=SimEngineConfig)

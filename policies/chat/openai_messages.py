@@ -7,6 +7,10 @@ joined; any other part is refused. Keys an OpenAI client echoes back when a harn
 as it got it (`message.model_dump()`: `refusal`, `annotations`, `audio`, `function_call`, litellm's
 `provider_specific_fields`) are accepted while empty; with a value, or any other key, the message
 is refused naming it.
+
+Also here: `check_text`, which refuses (400, naming where) JSON values a tokenizer or a JSON reply cannot
+carry: a lone UTF-16 surrogate (valid JSON, `"\\ud800"`, but no Unicode text) and nesting deeper than
+MAX_NESTING (a recursion bomb for the template's and the reply's JSON encoders).
 """
 from __future__ import annotations
 
@@ -24,8 +28,74 @@ _KEYS = {"system": {"name"}, "developer": {"name"}, "user": {"name"},
 _PART_HINTS = {"cache_control"}
 
 
+# Deepest nesting of objects and lists accepted in a free-form JSON value (tool parameters, tool-call
+# arguments, metadata); real tool schemas nest a few levels.
+MAX_NESTING = 64
+
+
 def _bad(param: str, message: str) -> OpenAIError:
     return OpenAIError(400, message, param=param, code="invalid_value")
+
+
+def check_text(value: Any, where: str, max_nesting: Optional[int] = MAX_NESTING) -> None:
+    """Raise OpenAIError 400 naming the first place in `value` (a parsed JSON value found at `where`) that holds a
+    lone surrogate, in a string or an object key, or that nests deeper than `max_nesting` (None: no bound)."""
+    if isinstance(value, (dict, list)):
+        # Screened at C speed (every request of a session pays this): its JSON text encodes, and has fewer
+        # brackets than the bound allows levels. Walked, naming the place, only when the screen cannot tell.
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+            text.encode("utf-8")
+        except (UnicodeEncodeError, RecursionError, ValueError, TypeError):
+            pass
+        else:
+            if max_nesting is None or text.count("{") + text.count("[") < max_nesting:
+                return
+    _walk(value, where, max_nesting)
+
+
+def check_json_text(text: str, value: Any, where: str) -> None:
+    """check_text for `value` parsed from `text`, screened on the text: no escape, no lone surrogate in it, and
+    fewer brackets than MAX_NESTING leave nothing to walk."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        if "\\u" not in text and text.count("{") + text.count("[") < MAX_NESTING:
+            return
+    check_text(value, where)
+
+
+def _walk(value: Any, where: str, max_nesting: Optional[int]) -> None:
+    stack = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            _check_unicode(item, path)
+            continue
+        if not isinstance(item, (dict, list)):
+            continue
+        if max_nesting is not None and depth >= max_nesting:
+            raise _bad(path, f"{path} nests objects and lists more than {max_nesting} levels deep")
+        if isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]", depth + 1) for index, child in reversed(list(enumerate(item))))
+            continue
+        children = []
+        for key, child in item.items():
+            _check_unicode(key, f"a key of {path}" if path else "a top-level key")
+            children.append((child, f"{path}.{key}" if path else key, depth + 1))
+        stack.extend(reversed(children))
+
+
+def _check_unicode(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise OpenAIError(
+            400, f"{where} holds a lone UTF-16 surrogate ({ascii(text[error.start])} at character {error.start}), "
+            "which is not Unicode text: encode the text as UTF-8 or escape whole surrogate pairs",
+            param=where, code="invalid_unicode") from None
 
 
 def parse_messages(messages: Any) -> List[Dict[str, Any]]:
@@ -112,11 +182,12 @@ def _tool_calls(where: str, tool_calls: Any) -> List[Dict[str, Any]]:
             raise _bad(f"{param}.function", shape)
         try:
             arguments = json.loads(function["arguments"])
-        except ValueError:
+        except (ValueError, RecursionError):
             arguments = None
         if not isinstance(arguments, dict):
             raise _bad(f"{param}.function.arguments", f"{param}.function.arguments must be a JSON object as a "
                        f"string, got {function['arguments'][:80]!r}")
+        check_json_text(function["arguments"], arguments, f"{param}.function.arguments")
         out.append({"id": call["id"], "type": "function",
                     "function": {"name": function["name"], "arguments": function["arguments"]}})
     return out

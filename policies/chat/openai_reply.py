@@ -46,9 +46,20 @@ def not_found_error(path: str) -> OpenAIError:
                        type="not_found_error", code="unknown_url")
 
 
+def model_object(model_id: str, max_model_len: int, created: int) -> Dict[str, Any]:
+    """One OpenAI `model` object: what GET /v1/models lists and GET /v1/models/<id> answers."""
+    return {"id": model_id, "object": "model", "created": created, "owned_by": "swerve", "root": model_id,
+            "max_model_len": max_model_len}
+
+
 def models_body(model_id: str, max_model_len: int, created: int) -> Dict[str, Any]:
-    return {"object": "list", "data": [{"id": model_id, "object": "model", "created": created, "owned_by": "swerve",
-                                        "root": model_id, "max_model_len": max_model_len}]}
+    return {"object": "list", "data": [model_object(model_id, max_model_len, created)]}
+
+
+def model_not_found_error(model_id: str, served: str) -> OpenAIError:
+    # OpenAI's wording and code for GET /v1/models/<unknown id>; `served` names the one that is.
+    return OpenAIError(404, f"The model `{model_id}` does not exist: this server serves `{served}` "
+                       "(GET /v1/models lists it)", param="model", code="model_not_found")
 
 
 def split_tool_calls(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
@@ -94,48 +105,87 @@ def completion_body(*, model: str, content: Optional[str], tool_calls: List[Dict
         "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
         "model": model, "system_fingerprint": fingerprint,
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else finish_reason,
-                     "logprobs": None if logprobs is None else {"content": [
-                         {"token": token, "logprob": float(logprob), "bytes": list(token.encode("utf-8")),
-                          "top_logprobs": []} for token, logprob in logprobs]}}],
+                     "logprobs": None if logprobs is None else logprobs_content(logprobs)}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
     }
 
 
-def stream_events(body: Dict[str, Any], include_usage: bool) -> List[bytes]:
-    """`body` (a completion_body) as the SSE events OpenAI streams it in: the role, the content, each
-    tool call (id and name, then its arguments), the finish reason, the usage when asked, [DONE]."""
-    choice = body["choices"][0]
-    message = choice["message"]
-    logprobs = [choice["logprobs"]]  # sent once, with the first chunk that carries tokens
+class StreamChunks:
+    """The SSE events of one streamed completion, OpenAI's shape: `chat.completion.chunk` objects sharing
+    one id, each `choices[0].delta` a piece of the reply, then the usage (when asked) and [DONE]."""
 
-    def chunk(delta: Dict[str, Any], finish_reason: Optional[str] = None, tokens: bool = False) -> bytes:
-        event: Dict[str, Any] = {
-            "id": body["id"], "object": "chat.completion.chunk", "created": body["created"], "model": body["model"],
-            "system_fingerprint": body["system_fingerprint"],
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs.pop() if tokens and logprobs else None,
-                         "finish_reason": finish_reason}]}
-        if include_usage:
+    def __init__(self, *, model: str, fingerprint: str, include_usage: bool, completion_id: Optional[str] = None,
+                 created: Optional[int] = None):
+        self.head = {"id": completion_id or f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                     "created": int(time.time()) if created is None else created, "model": model,
+                     "system_fingerprint": fingerprint}
+        self.include_usage = include_usage
+
+    def chunk(self, delta: Dict[str, Any], finish_reason: Optional[str] = None,
+              logprobs: Optional[Dict[str, Any]] = None) -> bytes:
+        event: Dict[str, Any] = {**self.head, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                                           "finish_reason": finish_reason}]}
+        if self.include_usage:
             event["usage"] = None  # as OpenAI: only the last chunk carries it
         return _event(event)
 
+    def tool_calls(self, calls: Sequence[Dict[str, Any]], first_logprobs: Optional[Dict[str, Any]] = None) -> List[bytes]:
+        """Each call as OpenAI streams it: its id and name, then its arguments."""
+        events = []
+        for index, call in enumerate(calls):
+            events.append(self.chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                                      "function": {"name": call["function"]["name"],
+                                                                   "arguments": ""}}]},
+                                     logprobs=first_logprobs if index == 0 else None))
+            events.append(self.chunk({"tool_calls": [{"index": index, "function": {
+                "arguments": call["function"]["arguments"]}}]}))
+        return events
+
+    def end(self, usage: Optional[Dict[str, Any]]) -> List[bytes]:
+        """The usage chunk (when asked) and [DONE]."""
+        events = []
+        if self.include_usage:
+            events.append(_event({**self.head, "choices": [], "usage": usage}))
+        return events + [_DONE]
+
+
+def logprobs_content(logprobs: Sequence[Tuple[str, float]]) -> Dict[str, Any]:
+    """`choices[0].logprobs` for these (token text, log-prob) pairs."""
+    return {"content": [{"token": token, "logprob": float(logprob), "bytes": list(token.encode("utf-8")),
+                         "top_logprobs": []} for token, logprob in logprobs]}
+
+
+def error_event(error: OpenAIError) -> bytes:
+    """An error after a stream began (its status already sent): OpenAI's `data: {"error": ...}` event, which the
+    openai client raises as an APIError."""
+    return _event(error.body())
+
+
+def stream_events(body: Dict[str, Any], include_usage: bool) -> List[bytes]:
+    """`body` (a completion_body) as the SSE events OpenAI streams it in: the role, the content, each
+    tool call (id and name, then its arguments), the finish reason, the usage when asked, [DONE].
+    For a reply that is whole before it is sent (the session gateway's); `swerve serve` streams as it
+    generates (policies/server/openai_api.py stream_completion)."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    logprobs = [choice["logprobs"]]  # sent once, with the first chunk that carries tokens
+    chunks = StreamChunks(model=body["model"], fingerprint=body["system_fingerprint"], include_usage=include_usage,
+                          completion_id=body["id"], created=body["created"])
+
+    def tokens() -> Optional[Dict[str, Any]]:
+        return logprobs.pop() if logprobs else None
+
     content = message["content"]
     # A tool-call-only reply has null content, as its non-streaming body; a text reply starts from "".
-    events = [chunk({"role": "assistant", "content": None if content is None else ""})]
+    events = [chunks.chunk({"role": "assistant", "content": None if content is None else ""})]
     if content:
-        events.append(chunk({"content": content}, tokens=True))
-    for index, call in enumerate(message.get("tool_calls", [])):
-        events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                             "function": {"name": call["function"]["name"], "arguments": ""}}]},
-                            tokens=True))
-        arguments = call["function"]["arguments"]
-        events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}))
-    events.append(chunk({}, choice["finish_reason"], tokens=True))
-    if include_usage:
-        events.append(_event({"id": body["id"], "object": "chat.completion.chunk", "created": body["created"],
-                              "model": body["model"], "system_fingerprint": body["system_fingerprint"],
-                              "choices": [], "usage": body["usage"]}))
-    return events + [_DONE]
+        events.append(chunks.chunk({"content": content}, logprobs=tokens()))
+    calls = message.get("tool_calls", [])
+    if calls:
+        events += chunks.tool_calls(calls, tokens())
+    events.append(chunks.chunk({}, choice["finish_reason"], logprobs=tokens()))
+    return events + chunks.end(body["usage"])
 
 
 def _event(data: Dict[str, Any]) -> bytes:

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
 from policies.chat.conversation import neutralize_special_tokens
-from policies.chat.openai_messages import parse_messages
-from policies.chat.openai_reply import (OpenAIError, completion_body, context_length_error,  # noqa: F401 (re-exported)
-                                   models_body, not_found_error, split_tool_calls, stream_events)
+from policies.chat.openai_messages import check_text, parse_messages
+from policies.chat.openai_reply import (OpenAIError, StreamChunks, completion_body,  # noqa: F401 (re-exported)
+                                        context_length_error, error_event, logprobs_content, model_not_found_error,
+                                        model_object, models_body, not_found_error, split_tool_calls, stream_events)
 
 # Changes nothing about the reply: accepted with any value of the right type.
 _HARMLESS = {"user": str, "metadata": dict, "service_tier": str, "prompt_cache_key": str,
@@ -45,6 +47,8 @@ _KNOWN = {"model", "messages", "tools", "tool_choice", "max_tokens", "max_comple
 _STREAM_OPTIONS = {"include_usage", "include_obfuscation"}
 # OpenAI's bound on top_logprobs.
 MAX_TOP_LOGPROBS = 20
+# A JSON escape of a UTF-16 surrogate (its pair, or it alone).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 @dataclass
@@ -73,14 +77,24 @@ class ChatRequest:
 
 
 def parse_json(raw: bytes) -> object:
-    """A request body's JSON; OpenAIError 400 when it is empty or not JSON."""
+    """A request body's JSON; OpenAIError 400 when it is empty, not JSON, nested past what the parser
+    can follow, or holds a lone UTF-16 surrogate (`"\\ud800"`: valid JSON, but no Unicode text a
+    tokenizer or a reply could carry) anywhere, a key included."""
     if not raw.strip():
         raise OpenAIError(400, "the request body is empty; send a JSON object", code="invalid_json")
     try:
-        return json.loads(raw)
-    except ValueError as error:  # UnicodeDecodeError included
+        body = json.loads(raw)
+    except ValueError as error:  # UnicodeDecodeError (bytes that are not UTF-8) and huge integers included
         raise OpenAIError(400, f"the request body is not valid JSON: {str(error)[:200]}",
                           code="invalid_json") from error
+    except RecursionError as error:
+        raise OpenAIError(400, "the request body nests objects and lists too deeply to parse",
+                          code="invalid_json") from error
+    # A surrogate can only come from a \uD800-\uDFFF escape (UTF-8 cannot encode one): bodies without
+    # such an escape (nearly all) are not walked. A body in UTF-16 or UTF-32 (NUL bytes up front) always is.
+    if _SURROGATE_ESCAPE.search(raw) or b"\x00" in raw[:4]:
+        check_text(body, "", max_nesting=None)
+    return body
 
 
 def parse_chat_request(body: object) -> ChatRequest:
@@ -96,6 +110,7 @@ def parse_chat_request(body: object) -> ChatRequest:
     for key, expected in _HARMLESS.items():
         if key in given and not isinstance(given[key], expected):
             raise _invalid(key, f"{key} must be a {expected.__name__}")
+    check_text(given.get("metadata"), "metadata")
     for key, reason in _REFUSED.items():
         if key in given:
             raise _unsupported(key, reason)
@@ -248,6 +263,7 @@ def _tools(tools: Any) -> Optional[List[Dict[str, Any]]]:
         if not isinstance(function.get("description", ""), str) or not isinstance(function.get("parameters", {}), dict):
             raise _invalid(f"{where}.function", f"{where}.function: description must be a string and "
                            "parameters a JSON schema object")
+        check_text(function.get("parameters"), f"{where}.function.parameters")
         if function.get("strict"):
             raise _unsupported(f"{where}.function.strict", "strict tools cannot be honoured: swerve does not "
                                "constrain sampling to a schema (send strict false or omit it)")

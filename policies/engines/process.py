@@ -46,7 +46,7 @@ def _cpu_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:
             "--max-running-requests", str(cfg.max_batch_size),
             "--torch-threads", str(cfg.torch_threads),
             "--prefix-cache-tokens", str(cfg.prefix_cache_tokens),
-            "--weight-version", "0", *_priority_flags(cfg)]
+            "--weight-version", "0", "--request-log-level", cfg.request_log_level, *_priority_flags(cfg)]
 
 
 def _sglang_command(cfg: EngineConfig, model_path: str, port: int) -> list[str]:

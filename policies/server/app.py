@@ -150,9 +150,15 @@ def serve(cfg: ServerConfig) -> None:
         state.scheduler.stop()
 
 
+def configure_logging(level: str) -> None:
+    """Log records at `level` and above to stderr, each with its time (each request's line among them,
+    at its ServerConfig.request_log_level)."""
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     cfg, log_level = parse_args(argv)
-    logging.basicConfig(level=log_level.upper())
+    configure_logging(log_level)
     try:
         serve(cfg)
     except (PortInUse, FileNotFoundError) as error:

@@ -7,6 +7,7 @@ cache for its conversation's next turn before the scheduler tells its caller.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
@@ -17,6 +18,7 @@ from policies.server.kv_batch import RunningBatch, past_kv, row_kv
 from policies.server.prefix_cache import PrefixCache
 from policies.server.request import Request, stop_reason
 
+log = logging.getLogger(__name__)
 # A request and its finish reason (protocol.FINISH_STOP / FINISH_LENGTH).
 Finished = Tuple[Request, Dict[str, Any]]
 
@@ -133,6 +135,12 @@ class Decoder:
             request.logprobs.append(logprob)
             request.versions.append(version)
             reason = stop_reason(request, token, self.eos_token_ids)
+            if request.on_token is not None:
+                try:
+                    request.on_token(request)
+                except Exception:  # a broken listener must not kill the scheduler; it is dropped
+                    log.exception("on_token callback of request %s failed", request.rid)
+                    request.on_token = None
             if reason is None:
                 keep.append(i)
                 continue

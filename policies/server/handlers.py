@@ -13,7 +13,9 @@ from typing import Any, Dict, List
 from aiohttp import web
 
 from policies.engines import protocol
-from policies.server.openai_api import add_openai_routes
+from policies.server.detokenize import StopStrings
+from policies.server.wire_http import note_usage, request_log_level, wire_middleware
+from policies.server.openai_api import add_openai_routes, is_openai_path
 from policies.server.request import PromptTooLong, Request
 from policies.server.serving import error_response, json_body
 from policies.server.serving import run_requests as serving_run_requests
@@ -37,15 +39,27 @@ def _per_item(value: Any, count: int, batch: bool, name: str) -> List[Any]:
     return [value] * count
 
 
+def _stops(value: Any) -> List[str]:
+    """SGLang's `sampling_params.stop`: a string or a list of them."""
+    stops = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise ValueError("sampling_params.stop must be a non-empty string or a list of them")
+    return stops
+
+
 def _response(state: ServerState, request: Request) -> Dict[str, Any]:
     params = request.params
     text_ids = request.output_ids
     reason = request.finish_reason or {}
-    if reason.get("type") == protocol.FINISH_STOP and not params.no_stop_trim and text_ids:
+    matched = reason.get("matched")
+    stop_token = reason.get("type") == protocol.FINISH_STOP and not isinstance(matched, str)
+    if stop_token and not params.no_stop_trim and text_ids:
         text_ids = text_ids[:-1]
     text = ""
     if state.tokenizer is not None and text_ids:
         text = state.tokenizer.decode(text_ids, skip_special_tokens=params.skip_special_tokens)
+    if isinstance(matched, str) and not params.no_stop_trim and matched in text:
+        text = text[:text.find(matched)]  # as SGLang: the stop string is trimmed from the text, its tokens kept
     meta: Dict[str, Any] = {
         "id": request.rid,
         "finish_reason": reason,
@@ -104,6 +118,11 @@ def build_app(state: ServerState) -> web.Application:
                                params=protocol.SamplingParams.from_json(param),
                                return_logprob=bool(want_logprob),
                                priority=None if priority is None else int(priority))
+                stops = _stops(dict(param or {}).get("stop"))
+                if stops and state.tokenizer is not None:
+                    item.stop_check = StopStrings(
+                        lambda ids, skip=item.params.skip_special_tokens: state.tokenizer.decode(
+                            ids, skip_special_tokens=skip), stops)
                 if rid is not None:
                     item.rid = str(rid)
                 items.append(item)
@@ -113,6 +132,8 @@ def build_app(state: ServerState) -> web.Application:
         except (ValueError, TypeError) as error:
             return error_response(str(error))
         out = [_response(state, item) for item in finished]
+        note_usage(request, sum(len(item.prompt_ids) for item in finished),
+                   sum(len(item.output_ids) for item in finished))
         return web.json_response(out if batch else out[0])
 
     @routes.post(protocol.ABORT_REQUEST)
@@ -239,7 +260,8 @@ def build_app(state: ServerState) -> web.Application:
         return web.Response(status=200)
 
     add_openai_routes(routes, state)
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[
+        wire_middleware(request_log_level(state.cfg.request_log_level), is_openai_path)])
     app.add_routes(routes)
     return app
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from configs.schema import EngineConfig
+from configs.schema.engine import REQUEST_LOG_LEVELS
 from policies.engines.process import ENGINE_HOST
 
 # SGLang's default port; engine actors always pass a free one.
@@ -35,6 +36,8 @@ class ServerConfig:
     # and a full batch yields its lowest row to a request higher by more than the threshold.
     enable_priority_scheduling: bool = False
     priority_scheduling_preemption_threshold: int = EngineConfig.priority_preemption_threshold
+    # The level of each request's log line (policies/server/wire_http.py; "off": none).
+    request_log_level: str = EngineConfig.request_log_level
 
 
 def engine_server_config(model_path: str, engine: EngineConfig, host: str = ENGINE_HOST,
@@ -44,7 +47,8 @@ def engine_server_config(model_path: str, engine: EngineConfig, host: str = ENGI
                         max_context_tokens=engine.max_context_tokens, torch_threads=engine.torch_threads,
                         prefix_cache_tokens=engine.prefix_cache_tokens,
                         enable_priority_scheduling=engine.priority == "age",
-                        priority_scheduling_preemption_threshold=engine.priority_preemption_threshold)
+                        priority_scheduling_preemption_threshold=engine.priority_preemption_threshold,
+                        request_log_level=engine.request_log_level)
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -72,6 +76,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         help="serve larger `priority` first (SGLang's flag); off: arrival order")
     parser.add_argument("--priority-scheduling-preemption-threshold", type=int,
                         default=defaults.priority_scheduling_preemption_threshold)
+    parser.add_argument("--request-log-level", choices=REQUEST_LOG_LEVELS, default=defaults.request_log_level,
+                        help="the level of the one log line each request gets (method, path, status, tokens, "
+                             "time); shown when --log-level lets it through; off: no line")
     parser.add_argument("--log-level", default="warning")
     return parser
 

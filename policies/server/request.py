@@ -26,6 +26,12 @@ class Request:
     priority: Optional[int] = None    # larger first under priority scheduling; None: lowest
     # Called once, from the scheduler thread, when the request finishes (any reason).
     on_done: Optional[Callable[["Request"], None]] = None
+    # Called from the scheduler thread after each token is appended to output_ids (streaming); must be quick.
+    on_token: Optional[Callable[["Request"], None]] = None
+    # Called from the scheduler thread with output_ids after each token: the stop string the text now
+    # holds (the request ends with finish reason {"type": "stop", "matched": <it>}), else None.
+    # policies/server/detokenize.py StopStrings.
+    stop_check: Optional[Callable[[List[int]], Optional[str]]] = None
 
     output_ids: List[int] = field(default_factory=list)
     logprobs: List[float] = field(default_factory=list)
@@ -82,6 +88,10 @@ def stop_reason(request: Request, token: int, eos_token_ids: FrozenSet[int]) -> 
     params = request.params
     if (not params.ignore_eos and token in eos_token_ids) or token in params.stop_token_ids:
         return {"type": protocol.FINISH_STOP, "matched": token}
+    if request.stop_check is not None:
+        matched = request.stop_check(request.output_ids)
+        if matched is not None:  # as SGLang reports a stop string: the string itself
+            return {"type": protocol.FINISH_STOP, "matched": matched}
     if len(request.output_ids) >= request.max_new_tokens:
         return {"type": protocol.FINISH_LENGTH, "length": len(request.output_ids)}
     return None

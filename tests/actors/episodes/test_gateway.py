@@ -1,4 +1,5 @@
 """The session gateway on loopback, driven by the real openai client; the episode side is a thread."""
+import logging
 import os
 import threading
 
@@ -131,3 +132,33 @@ def test_the_episodes_errors_reach_litellm_as_its_own_exception_classes(gateway)
         litellm.completion(**ask)
     assert not isinstance(bad.value, litellm.ContextWindowExceededError)
     thread.join(5)
+
+
+def test_a_body_no_tokenizer_could_take_is_a_400_at_the_gateway(gateway):
+    session = gateway.open()
+    url = f"http://127.0.0.1:{gateway.port}/sessions/{session.sid}/v1/chat/completions"
+    auth = {"Authorization": f"Bearer {session.api_key}"}
+    for raw, param in [(b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}', "messages[0].content"),
+                       (b'{"model": "m", "messages": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", None)]:
+        reply = httpx.post(url, content=raw, headers=auth)
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == param
+    assert session.inbox.empty() and session.refused == 2
+
+
+def test_the_model_by_id_and_a_log_line_per_request(gateway, caplog):
+    caplog.set_level(logging.DEBUG, logger="swerve.requests")
+    session = gateway.open()
+    api = client(gateway, session)
+    assert api.models.retrieve(POLICY_MODEL_ID).id == POLICY_MODEL_ID
+    with pytest.raises(openai.NotFoundError) as missing:
+        api.models.retrieve("gpt-4o")
+    assert missing.value.code == "model_not_found"
+    _, thread = answer_each(session, [(200, body("hi"))])
+    api.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    thread.join(5)
+    lines = [r.getMessage() for r in caplog.records if r.name == "swerve.requests"]
+    sessions = f"/sessions/{session.sid}/v1"
+    assert [line.split()[:3] for line in lines] == [["GET", f"{sessions}/models/{POLICY_MODEL_ID}", "200"],
+                                                    ["GET", f"{sessions}/models/gpt-4o", "404"],
+                                                    ["POST", f"{sessions}/chat/completions", "200"]]
+    assert "model_not_found" in lines[1] and "prompt_tokens=7 completion_tokens=3" in lines[2]

@@ -98,6 +98,37 @@ def test_a_body_that_is_not_a_json_object_is_a_400(raw):
     assert raised.value.status == 400
 
 
+@pytest.mark.parametrize("raw, param", [
+    (b'{"model": "m", "messages": [{"role": "user", "content": "ok \\udfff"}]}', "messages[0].content"),
+    (b'{"model": "m", "\\ud800": 1}', "a top-level key"),
+    (b'{"model": "m", "stop": ["a", "\\ud83d"]}', "stop[1]"),
+    ('{"model": "m", "user": "\\udc00"}'.encode("utf-16"), "user"),
+])
+def test_a_lone_surrogate_anywhere_is_a_400_naming_where(raw, param):
+    with pytest.raises(OpenAIError) as raised:
+        parse_json(raw)
+    assert (raised.value.status, raised.value.param, raised.value.code) == (400, param, "invalid_unicode")
+    assert "lone UTF-16 surrogate" in raised.value.message
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_text():
+    assert parse_json(b'{"a": "\\ud83d\\ude00", "b": "\\\\ud800"}') == {"a": "\U0001f600", "b": "\\ud800"}
+
+
+def test_free_form_json_nests_a_bounded_depth():
+    deep = {}
+    for _ in range(70):
+        deep = {"x": deep}
+    for fields, param in [({"metadata": deep}, "metadata"), ({"tools": [{"type": "function", "function": {
+            "name": "f", "parameters": deep}}]}, "tools[0].function.parameters")]:
+        with pytest.raises(OpenAIError) as raised:
+            parse_chat_request(body(**fields))
+        assert raised.value.param.startswith(param + ".x.x") and "64 levels" in raised.value.message
+    with pytest.raises(OpenAIError) as raised:
+        parse_json(b"[" * 100_000 + b"]" * 100_000)
+    assert raised.value.code == "invalid_json"
+
+
 def test_harmless_fields_and_neutral_values_pass_and_requests_are_normalized():
     chat = parse_chat_request(body(
         messages=[{"role": "developer", "content": [{"type": "text", "text": "Fix "}, {"type": "text", "text": "it."}]},

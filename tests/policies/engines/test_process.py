@@ -31,7 +31,8 @@ def test_the_cpu_command_line_parses_back_to_the_engines_settings():
 def test_server_defaults_are_the_engine_defaults():
     engine, server = EngineConfig(), ServerConfig(model_path="/model")
     shared = {f.name for f in dataclasses.fields(ServerConfig)} & {f.name for f in dataclasses.fields(EngineConfig)}
-    assert shared == {"max_batch_size", "max_context_tokens", "torch_threads", "prefix_cache_tokens"}
+    assert shared == {"max_batch_size", "max_context_tokens", "torch_threads", "prefix_cache_tokens",
+                      "request_log_level"}
     assert {name: getattr(server, name) for name in shared} == {name: getattr(engine, name) for name in shared}
     assert parse_args(["--model-path", "/model"])[0] == server
 

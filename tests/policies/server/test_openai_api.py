@@ -3,7 +3,9 @@ over real HTTP on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -13,9 +15,10 @@ import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from policies.chat.openai_wire import template_messages
+from policies.chat.openai_wire import parse_chat_request, template_messages
 from policies.server.app import start_server
-from policies.engines.protocol import PAUSE_IN_PLACE
+from policies.engines.protocol import DEFAULT_MAX_NEW_TOKENS, PAUSE_IN_PLACE
+from policies.server.openai_api import releasable
 from policies.tokenizer import load_tokenizer
 
 # litellm fetches a price list from the internet on import unless told to use its bundled one.
@@ -104,12 +107,131 @@ def test_a_stream_reassembles_to_the_plain_reply(client, model_path):
     assert len(tokens) == plain.usage.completion_tokens - stopped and all(lp <= 0 for _, lp in tokens)
 
 
+def a_stop_in(text):
+    """Two letters from the middle of the text (the tiny model's text is mostly not words)."""
+    spans = [m.start() for m in re.finditer(r"(?=[A-Za-z]{2})", text)]
+    start = spans[len(spans) // 2]
+    return text[start:start + 2]
+
+
 def test_a_stop_string_cuts_the_reply(client, model_path):
     text = sampled(client, model_path).choices[0].message.content
-    stop = text[len(text) // 2:len(text) // 2 + 2]
+    stop = a_stop_in(text)
     cut = sampled(client, model_path, stop=[stop, "never in it"])
     assert cut.choices[0].message.content == text[:text.find(stop)] and cut.choices[0].finish_reason == "stop"
     assert "".join(t.token for t in cut.choices[0].logprobs.content).startswith(cut.choices[0].message.content)
+
+
+def test_a_stop_string_ends_generation_and_only_its_tokens_are_billed(server, client, model_path):
+    plain = sampled(client, model_path)
+    text = plain.choices[0].message.content
+    stop = a_stop_in(text[:len(text) // 2])
+    scheduler = server.state.scheduler
+    # A command runs between two steps: once it has, the step that finished a request has counted its tokens.
+    scheduler.call(lambda: None).result(timeout=30)
+    generated = scheduler.total_generated_tokens
+    cut = sampled(client, model_path, stop=stop)
+    billed = cut.usage.completion_tokens
+    scheduler.call(lambda: None).result(timeout=30)
+    # The scheduler stopped at the stop string: it generated what is billed, fewer than the plain reply.
+    assert scheduler.total_generated_tokens - generated == billed < plain.usage.completion_tokens
+    # Billed: the reply's tokens and those of the stop string, no more (one token fewer would not hold it).
+    tokens = [t.token for t in plain.choices[0].logprobs.content]
+    assert stop in "".join(tokens[:billed]) and stop not in "".join(tokens[:billed - 1])
+    assert cut.choices[0].message.content == text[:text.find(stop)] and cut.choices[0].finish_reason == "stop"
+
+
+def roomy(model_path, room):
+    """Messages whose prompt leaves at least `room` tokens of the trained context (a few more), and that room."""
+    tokenizer = load_tokenizer(model_path)
+
+    def prompt_tokens(words):
+        return len(tokenizer.apply_chat_template([{"role": "user", "content": "count_points " * words}],
+                                                 add_generation_prompt=True, tokenize=True, return_dict=False))
+
+    per_word = prompt_tokens(11) - prompt_tokens(10)
+    words = (TRAINED_CONTEXT_TOKENS - room - prompt_tokens(0)) // per_word
+    return [{"role": "user", "content": "count_points " * words}], TRAINED_CONTEXT_TOKENS - prompt_tokens(words)
+
+
+@pytest.mark.slow
+def test_without_max_tokens_the_reply_may_fill_the_context(client, model_path):
+    # Greedy, the tiny model never stops: its reply runs to the end of the context, not to a default cap.
+    messages, room = roomy(model_path, DEFAULT_MAX_NEW_TOKENS + 8)
+    reply = client.chat.completions.create(model=model_path, messages=messages, temperature=0.0)
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == room
+    assert reply.usage.total_tokens == TRAINED_CONTEXT_TOKENS and room > DEFAULT_MAX_NEW_TOKENS
+    messages, room = roomy(model_path, 4)
+    capped = client.chat.completions.create(model=model_path, messages=messages, temperature=0.0, max_tokens=10**9)
+    assert capped.usage.completion_tokens == room  # a max_tokens over the room gets the room
+
+
+def test_a_stream_sends_text_as_it_is_generated(server, client, model_path):
+    scheduler = server.state.scheduler
+    scheduler.call(lambda: None).result(timeout=30)
+    generated_before = scheduler.total_generated_tokens
+    seen = []  # (tokens the server had generated for this request, the chunk) as each chunk arrived
+    for chunk in client.chat.completions.create(model=model_path, messages=MESSAGES, max_tokens=200, temperature=1.0,
+                                                seed=0, stream=True, stream_options={"include_usage": True}):
+        seen.append((scheduler.total_generated_tokens - generated_before, chunk))  # at most one step behind
+    total = seen[-1][1].usage.completion_tokens
+    assert total >= 100, "the reply must be long enough to tell streamed from buffered"
+    content = [(generated, c) for generated, c in seen if c.choices and c.choices[0].delta.content]
+    assert len(content) >= 10  # chunks of a few tokens each, not one
+    # The first text arrived while most of the reply was still to be generated.
+    assert content[0][0] < total / 2
+    assert [c.choices[0].delta.role for _, c in seen[:1]] == ["assistant"]
+
+
+@pytest.mark.parametrize("stop", [None, "stop-string"])
+def test_a_streamed_reply_with_or_without_a_stop_string_is_the_plain_one(client, model_path, stop):
+    plain = sampled(client, model_path)
+    if stop:
+        stop = [a_stop_in(plain.choices[0].message.content)]
+        plain = sampled(client, model_path, stop=stop)
+    state = ChatCompletionStreamState()
+    chunks = list(sampled(client, model_path, stop=stop, stream=True, stream_options={"include_usage": True}))
+    for chunk in chunks:
+        state.handle_chunk(chunk)
+    streamed = state.current_completion_snapshot
+    assert streamed.choices[0].message.content == plain.choices[0].message.content
+    assert streamed.usage.model_dump() == plain.usage.model_dump()
+    assert streamed.choices[0].finish_reason == plain.choices[0].finish_reason
+    assert [t.token for t in streamed.choices[0].logprobs.content] == [t.token for t in plain.choices[0].logprobs.content]
+    if stop:  # no chunk ever carried the stop string
+        assert all(stop[0] not in (c.choices[0].delta.content or "") for c in chunks if c.choices)
+
+
+@pytest.mark.slow
+def test_litellm_gets_the_room_and_streams_the_plain_reply(server, client, model_path):
+    args = dict(model=f"openai/{model_path}", api_base=f"{server.url}/v1", api_key="unused", max_retries=0)
+    messages, room = roomy(model_path, DEFAULT_MAX_NEW_TOKENS + 8)
+    whole = litellm.completion(**args, messages=messages, temperature=0.0)  # litellm sends no max_tokens either
+    assert whole.usage.completion_tokens == room > DEFAULT_MAX_NEW_TOKENS
+    text = sampled(client, model_path).choices[0].message.content
+    stop = a_stop_in(text)
+    plain = sampled(client, model_path, stop=[stop])
+    chunks = list(litellm.completion(**args, messages=MESSAGES, max_tokens=24, temperature=1.0, seed=7, stop=[stop],
+                                     stream=True, stream_options={"include_usage": True}))
+    streamed = litellm.stream_chunk_builder(chunks, messages=MESSAGES)
+    assert streamed.choices[0].message.content == plain.choices[0].message.content == text[:text.find(stop)]
+    assert streamed.choices[0].finish_reason == "stop"
+    assert streamed.usage.completion_tokens == plain.usage.completion_tokens < 24
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 1
+
+
+def test_what_a_stream_may_send_before_the_reply_is_whole():
+    plain = parse_chat_request({"model": "m", "messages": MESSAGES, "stop": ["END", "halt"]})
+    assert releasable("all fine", plain) == "all fine"
+    assert releasable("all fine EN", plain) == "all fine "        # "EN" may begin END: held
+    assert releasable("all fine ENDING", plain) == "all fine "    # never the stop string, nor what follows
+    assert releasable("ha", plain) == ""
+    tools = parse_chat_request({"model": "m", "messages": MESSAGES, "tools": [BASH]})
+    assert releasable("Let me look.\n<tool_", tools) == "Let me look."
+    assert releasable("Let me look.\n<tool_call>\n{\"name\"", tools) == "Let me look."
+    assert releasable("Done.  ", tools) == "Done."  # whitespace before a call would not be content
+    off = parse_chat_request({"model": "m", "messages": MESSAGES, "tools": [BASH], "tool_choice": "none"})
+    assert releasable("text <tool_call>", off) == "text <tool_call>"
 
 
 def test_tools_developer_and_tool_turns_are_rendered_by_the_chat_template(client, model_path):

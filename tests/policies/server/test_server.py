@@ -154,6 +154,24 @@ def test_stop_token_ends_generation_and_is_kept_in_output_ids(server):
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
 
 
+def test_a_stop_string_ends_generation_as_sglang_s_does(server, tokenizer):
+    prompt = prompts(3)[2]
+    free = post(server, protocol.GENERATE, gen_body(prompt, max_new_tokens=24, temperature=1.0, sampling_seed=5))[1]
+    text = free["text"]
+    stop = next(text[i:i + 2] for i in range(len(text) // 3, len(text)) if text[i:i + 2].isalpha())
+    body = gen_body(prompt, max_new_tokens=24, temperature=1.0, sampling_seed=5, stop=[stop])
+    out = post(server, protocol.GENERATE, body)[1]
+    ids = out["output_ids"]
+    # Generation ended at the first token whose text holds the stop string; the text is trimmed before it.
+    assert ids == free["output_ids"][:len(ids)] and len(ids) < 24
+    assert stop in tokenizer.decode(ids) and stop not in tokenizer.decode(ids[:-1])
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert out["text"] == text[:text.find(stop)]
+    body["sampling_params"]["no_stop_trim"] = True
+    assert post(server, protocol.GENERATE, body)[1]["text"].endswith(stop)
+    assert post(server, protocol.GENERATE, gen_body(prompt, stop=[""]))[0] == 400
+
+
 def test_abort_frees_the_slot(server):
     thread, result = in_background(post, server, protocol.GENERATE,
                                    gen_body([5, 6, 7], max_new_tokens=10**6, rid="long-1"))
