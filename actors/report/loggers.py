@@ -134,9 +134,12 @@ class RunLoggers:
         self._each(lambda logger: logger.log_step(step, values))
 
     def log_eval(self, stage: str, index: int, report: dict) -> None:
-        values = {"pass_at_1": float(report["pass@1"]),
-                  **{f"pass_at_{k}": float(v) for k, v in (report.get("pass@k") or {}).items()}}
-        self._each(lambda logger: logger.log_eval(stage, index, values))
+        """An eval's pass rates; one that scored no attempt (every one an infra error) has none,
+        and logs nothing: its report says why, and the run goes on."""
+        rates = {"pass_at_1": report["pass@1"], **{f"pass_at_{k}": v for k, v in (report.get("pass@k") or {}).items()}}
+        values = {name: float(rate) for name, rate in rates.items() if rate is not None}
+        if values:
+            self._each(lambda logger: logger.log_eval(stage, index, values))
 
     def close(self) -> None:
         self._each(lambda logger: logger.close())

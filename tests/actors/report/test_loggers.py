@@ -59,6 +59,8 @@ def logged(tmp_path, monkeypatch):
         loggers.log_step(step, {"step": step, "reward_mean": step / 10, "infra_error_by_source": {"engine": 0.5},
                                 "resolved_rate": 0.25, "note": SECRET})
     loggers.log_eval("base", 0, {"pass@1": 0.25, "pass@k": {"1": 0.25, "4": 0.5}})
+    # An eval whose every attempt was an infra error has no pass rate: nothing logged, the run goes on.
+    loggers.log_eval("sft", 1, {"pass@1": None, "pass@k": {"1": None}})
     loggers.log_eval("rl", 2, {"pass@1": 0.5, "pass@k": {"1": 0.5, "4": 0.75}})
     loggers.close()
     return tmp_path
