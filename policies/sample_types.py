@@ -19,6 +19,10 @@ class SampleRequest:
     temperature: float = 1.0
     top_p: float = 1.0
     stop_token_ids: Tuple[int, ...] = ()
+    # Stop strings (SGLang's sampling_params.stop): the engine ends generation at the first token
+    # whose text holds one, keeping that token, so a harness's `stop` costs no tokens past it.
+    # The session still cuts the reply there (a resumed or scripted sample may run past it).
+    stop: Tuple[str, ...] = ()
     seed: Optional[int] = None
     # Larger is served first (SGLang's sense); None: lowest. See age_priority.
     priority: Optional[int] = None

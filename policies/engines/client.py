@@ -51,14 +51,15 @@ class EngineUnreachable(RuntimeError):
 def generate_body(request: SampleRequest, rid: str, max_new_tokens: Optional[int] = None,
                   prompt_ids: Optional[Sequence[int]] = None, seed: Optional[int] = None,
                   with_priority: bool = False) -> dict:
-    """Token ids in, token ids out: stop on ids and keep the stop token (the trainer learns to stop).
+    """Token ids in, token ids out: stop on ids and keep the stop token (the trainer learns to stop);
+    stop strings end generation too, at the first token whose text holds one (kept in output_ids).
     `with_priority` (engine.priority=age) sends the request's priority; a server without priority
     scheduling must not get one (SGLang may abort such a request)."""
     return protocol.generate_request(
         list(request.prompt_ids if prompt_ids is None else prompt_ids),
         max_new_tokens=request.max_new_tokens if max_new_tokens is None else max_new_tokens,
         temperature=request.temperature, top_p=request.top_p, stop_token_ids=list(request.stop_token_ids),
-        rid=rid, return_logprob=True, skip_special_tokens=False, no_stop_trim=True,
+        stop=list(request.stop), rid=rid, return_logprob=True, skip_special_tokens=False, no_stop_trim=True,
         sampling_seed=request.seed if seed is None else seed,
         priority=request.priority if with_priority else None)
 

@@ -8,6 +8,7 @@ Request (`POST /generate`, SGLang `GenerateReqInput`), fields this server reads:
     {"input_ids": [int, ...] | [[int, ...], ...],   # a list of lists is a batch
      "sampling_params": {"max_new_tokens": int = 128, "temperature": float = 1.0,
                          "top_p": float = 1.0, "top_k": -1, "stop_token_ids": [int],
+                         "stop": str | [str] (ends at the first token whose text holds one),
                          "ignore_eos": bool = False, "skip_special_tokens": bool = True,
                          "no_stop_trim": bool = False, "sampling_seed": int | None},
      "return_logprob": bool = False, "rid": str | [str] | None, "stream": false}
@@ -56,7 +57,7 @@ then pause). The CPU server has the same default; send "in_place" (keep the KV c
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from policies.sample_types import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP  # noqa: F401 (protocol.FINISH_*)
 
@@ -151,6 +152,7 @@ def generate_request(
     temperature: float = 1.0,
     top_p: float = 1.0,
     stop_token_ids: Optional[List[int]] = None,
+    stop: Sequence[str] = (),
     rid: Optional[str] = None,
     return_logprob: bool = True,
     skip_special_tokens: bool = True,
@@ -166,6 +168,8 @@ def generate_request(
     }
     if stop_token_ids:
         params["stop_token_ids"] = [int(t) for t in stop_token_ids]
+    if stop:  # absent when none: a body without stop strings is what it was before they were sent
+        params["stop"] = list(stop)
     if sampling_seed is not None:
         params["sampling_seed"] = int(sampling_seed)
     return GenerateReqInput(

@@ -15,7 +15,8 @@ version), so the real routers, episode actors, sandboxes, collector and driver r
   seed (tokens per reply, the turn it submits at or never), and every reply carries it
   (`[sim plan LxK turn T]`), so the engine keeps no state per trajectory and any engine can
   serve any turn. A reply is one ```bash block (engine.sim.command, or `submit` at the planned
-  turn), the plan marker, filler up to the planned length, and <|im_end|>.
+  turn), the plan marker, filler up to the planned length, and <|im_end|>. A request's stop
+  strings end it at the first token whose text holds one, as a real engine's do.
 """
 from __future__ import annotations
 
@@ -120,8 +121,12 @@ class SimEngine:
         budget = min(request.max_new_tokens, self.cfg.max_context_tokens - len(request.prompt_ids))
         if budget <= 0:
             return SampleOutput([], [], [], FINISH_LENGTH)
-        req = _Request(ids[:budget], FINISH_STOP if len(ids) <= budget else FINISH_LENGTH,
-                       request.priority if self.cfg.priority == "age" else None)
+        cut = self._stop_at(ids[:budget], request.stop)
+        if cut is not None:
+            ids, finish = ids[:cut], FINISH_STOP
+        else:
+            ids, finish = ids[:budget], FINISH_STOP if len(ids) <= budget else FINISH_LENGTH
+        req = _Request(ids, finish, request.priority if self.cfg.priority == "age" else None)
         with self._cv:
             self._active.append(req)
             self._cv.notify_all()
@@ -129,6 +134,14 @@ class SimEngine:
         with self._cv:
             self._served += 1
         return SampleOutput(req.ids, [SCRIPTED_LOGPROB] * len(req.ids), req.versions, req.finish_reason)
+
+    def _stop_at(self, ids: list[int], stop: tuple[str, ...]) -> Optional[int]:
+        """The fewest leading ids whose text holds a stop string (where a real engine stops, the
+        token that completes it kept), None when none does."""
+        if not stop or not any(s in self.tokenizer.decode(ids, skip_special_tokens=False) for s in stop):
+            return None
+        return next(k for k in range(1, len(ids) + 1)
+                    if any(s in self.tokenizer.decode(ids[:k], skip_special_tokens=False) for s in stop))
 
     def _decode_loop(self) -> None:
         while True:

@@ -62,17 +62,23 @@ info.pop("decoded", None)
 out["server_info"] = info
 
 from sglang.srt.sampling.sampling_params import SamplingParams
+from transformers import AutoTokenizer
+# The model's tokenizer, as the TokenizerManager of a server started without --skip-tokenizer-init
+# (swerve's launch) holds: stop strings are refused without one.
+tokenizer = AutoTokenizer.from_pretrained(payload["model_path"])
+# normalize() moves the API alias `stop` into stop_strs (and clears it): read the value there.
+NORMALIZED = {"stop": "stop_strs"}
 out["sampling"] = {}
 for n, body in payload["generate"].items():
     params = body["sampling_params"]
     try:  # as TokenizerManager._create_tokenized_object does
         sp = SamplingParams(**params)
-        sp.normalize(None)
+        sp.normalize(tokenizer)
         sp.verify(payload["vocab_size"])
     except Exception as err:
         out["sampling"][n] = {"error": failure(err)}
         continue
-    out["sampling"][n] = {"error": None, "values": {k: plain(getattr(sp, k)) for k in params},
+    out["sampling"][n] = {"error": None, "values": {k: plain(getattr(sp, NORMALIZED.get(k, k))) for k in params},
                           "top_k": sp.top_k, "temperature": sp.temperature}
 
 try:

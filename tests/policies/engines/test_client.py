@@ -200,6 +200,13 @@ def test_generate_body_is_sglang_native():
     assert params["max_new_tokens"] == 8 and params["temperature"] == 0.7 and params["top_p"] == 0.9
     assert params["stop_token_ids"] == [2] and params["sampling_seed"] == 4 and params["no_stop_trim"] is True
     assert "priority" not in body  # fifo: a server without priority scheduling gets none
+    assert "stop" not in params  # no stop strings: the body is what it was before they were sent
+
+
+def test_stop_strings_are_sent_as_sglangs_sampling_params_stop():
+    body = generate_body(SampleRequest([1, 2, 3], 8, stop=("</cmd>", "\nEND")), "rid-1")
+    assert body["sampling_params"]["stop"] == ["</cmd>", "\nEND"]
+    assert body["sampling_params"]["no_stop_trim"] is True  # output_ids keep the stop's tokens either way
 
 
 def test_age_priority_is_sent_only_when_the_engine_schedules_by_it():

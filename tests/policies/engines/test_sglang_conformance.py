@@ -63,12 +63,14 @@ LAUNCH_CASES = {
 LAUNCH_PORTS = {name: 30001 + i for i, name in enumerate(LAUNCH_CASES)}
 
 # (request, generate_body keyword overrides): budget from the request or overridden, greedy and
-# sampled, seeded or not, with and without stop token ids, prompt override.
+# sampled, seeded or not, with and without stop token ids or stop strings, prompt override.
 GENERATE_CASES = {
     "greedy": (SampleRequest([5, 6, 7], max_new_tokens=4, temperature=0.0), {}),
     "sampled-seeded": (SampleRequest([5, 6, 7, 8], max_new_tokens=5, temperature=0.8, top_p=0.9, seed=11), {}),
     "stop-ids-budget-override": (SampleRequest([9, 10], max_new_tokens=50, temperature=1.0, stop_token_ids=(2, 3)),
                                  {"max_new_tokens": 3}),
+    # A harness's stop strings (SampleRequest.stop -> sampling_params.stop).
+    "stop-strings": (SampleRequest([5, 6, 7], max_new_tokens=6, temperature=1.0, seed=2, stop=("ab", "\n\n")), {}),
     "prompt-and-seed-override": (SampleRequest([1], max_new_tokens=2), {"prompt_ids": [4, 4, 4], "seed": 3}),
     # engine.priority=age: straggler-first (an age priority, policies/sample_types.age_priority).
     "age-priority": (SampleRequest([5, 6], max_new_tokens=3, priority=age_priority(3, 1.8e9)), {"with_priority": True}),
@@ -124,7 +126,8 @@ CONTROL_CALLS = [c for c in client_calls() if c[0] == "POST" and c[1] != protoco
 
 @pytest.fixture(scope="module")
 def served(model_path):
-    """Our CPU server's answers: every GENERATE_CASES body, one that stops on a stop id, /server_info, /v1/loads."""
+    """Our CPU server's answers: every GENERATE_CASES body, one that stops on a stop id, one on a stop
+    string, /server_info, /v1/loads."""
     bodies = generate_bodies()
     with start_server(model_path, max_batch_size=4, max_context_tokens=128) as handle:
         engine = client.EngineClient(handle.url, timeout_s=120)
@@ -133,11 +136,20 @@ def served(model_path):
         bodies["stop-on-first-greedy-token"] = client.generate_body(
             SampleRequest([5, 6, 7], max_new_tokens=4, temperature=0.0, stop_token_ids=(first,)), rid="rid-stop")
         responses["stop-on-first-greedy-token"] = engine.generate_raw(bodies["stop-on-first-greedy-token"])
+        # A stop string the greedy reply holds at once: the answer's finish_reason matches a string.
+        text = responses["greedy"]["text"]
+        assert text, responses["greedy"]
+        bodies["stop-string-in-greedy-text"] = client.generate_body(
+            SampleRequest([5, 6, 7], max_new_tokens=4, temperature=0.0, stop=(text[:1],)), rid="rid-stop-string")
+        responses["stop-string-in-greedy-text"] = engine.generate_raw(bodies["stop-string-in-greedy-text"])
+        assert responses["stop-string-in-greedy-text"]["meta_info"]["finish_reason"] == {"type": "stop",
+                                                                                           "matched": text[:1]}
         info = engine.get_server_info()
         loads = engine.loads()
     with open(os.path.join(model_path, "config.json")) as f:
         vocab_size = json.load(f)["vocab_size"]
-    return {"bodies": bodies, "responses": responses, "server_info": info, "loads": loads, "vocab_size": vocab_size}
+    return {"bodies": bodies, "responses": responses, "server_info": info, "loads": loads, "vocab_size": vocab_size,
+            "model_path": model_path}
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +158,8 @@ def probe(served):
                "fields": ["model_path", "tp_size", "context_length", "mem_fraction_static", "host", "port",
                           "weight_version", "log_level", "base_gpu_id", "gpu_id_step", "dp_size", "pp_size",
                           "nnodes", "enable_priority_scheduling", "schedule_low_priority_values_first",
-                          "schedule_policy", "priority_scheduling_preemption_threshold"],
-               "generate": served["bodies"], "responses": served["responses"],
+                          "schedule_policy", "priority_scheduling_preemption_threshold", "skip_tokenizer_init"],
+               "generate": served["bodies"], "responses": served["responses"], "model_path": served["model_path"],
                "server_info": served["server_info"], "vocab_size": served["vocab_size"],
                "abort": [body for method, path, body in CONTROL_CALLS if path == protocol.ABORT_REQUEST]}
     proc = subprocess.run([sys.executable, "-m", "tests.policies.engines.sglang_probe"], input=json.dumps(payload),
@@ -192,6 +204,8 @@ def test_launch_flags_set_the_server_args_we_mean(probe, name):
         "base_gpu_id": 0, "gpu_id_step": 1, "dp_size": 1, "pp_size": 1, "nnodes": 1}
     assert "weight_version" in probe["server_args_fields"]
     assert client.parse_version(values["weight_version"], -1) == 0
+    # The server keeps its tokenizer: SGLang refuses a request's stop strings without one (a harness's).
+    assert values["skip_tokenizer_init"] is False
     if "--log-level" in cfg.server_args:
         assert values["log_level"] == cfg.server_args[cfg.server_args.index("--log-level") + 1]
     # engine.priority=age: SGLang schedules by priority, larger first (its default sense), and

@@ -63,6 +63,23 @@ def test_replies_have_the_planned_length_and_a_short_budget_cuts_them(model_path
         engine.close()
 
 
+def test_a_stop_string_ends_the_reply_at_the_token_that_completes_it(model_path):
+    engine = engine_with(model_path, tokens_per_turn_min=40, tokens_per_turn_max=40)
+    tokenizer = load_tokenizer(model_path)
+    prompt = Conversation(tokenizer, "system", "fix the bug").token_ids
+    try:
+        full = engine.generate(SampleRequest(list(prompt), 400, seed=1))
+        cut = engine.generate(SampleRequest(list(prompt), 400, seed=1, stop=("[sim plan",)))
+        # As a real engine: the first token whose text holds the stop ends it, and is kept.
+        assert cut.token_ids == full.token_ids[:len(cut.token_ids)] and cut.finish_reason == "stop"
+        assert "[sim plan" in tokenizer.decode(cut.token_ids) and "[sim plan" not in tokenizer.decode(cut.token_ids[:-1])
+        assert len(cut.logprobs) == len(cut.versions) == len(cut.token_ids) < len(full.token_ids)
+        absent = engine.generate(SampleRequest(list(prompt), 400, seed=1, stop=("no such text",)))
+        assert absent.token_ids == full.token_ids and absent.finish_reason == "stop"
+    finally:
+        engine.close()
+
+
 def test_batch_never_exceeds_max_batch_size_and_tokens_carry_versions(model_path):
     engine = engine_with(model_path, step_base_s=0.002, tokens_per_turn_min=40, tokens_per_turn_max=40)
     prompt = Conversation(load_tokenizer(model_path), "system", "fix the bug").token_ids
