@@ -6,6 +6,8 @@ episode's sticky key, the trajectory's age priority, weight updates interrupting
 tokens as for any episode), and answers with an OpenAI completion (the action). Sampling is
 always at the run's rollout temperature, so the behaviour log-probs stay the trainer's: a
 request's own temperature is recorded, or refused under env.harness.temperature_mismatch=refuse.
+A request's stop strings go to the engine, which ends generation at the first token whose text
+holds one (no tokens past it are generated or trained); the session cuts the reply there.
 """
 from __future__ import annotations
 
@@ -92,7 +94,8 @@ class HarnessPlayer:
         if request.seed is not None:  # the harness's seed varies the draw, never fixes it across a group
             seed = derive_seed(seed, request.seed)
         out = engines.generate(SampleRequest(prompt, max(1, min(wanted, self.rollout.max_tokens_per_turn, room)),
-                                             self.rollout.temperature, self.rollout.top_p, self.stop_ids, seed=seed,
+                                             self.rollout.temperature, self.rollout.top_p, self.stop_ids,
+                                             stop=tuple(request.stop), seed=seed,
                                              priority=age_priority(oldest, traj.started_s)), sticky_key)
         reply = chat.reply(out, request.stop, token_texts=request.logprobs)
         return completion_body(model=self.model, content=reply.content, tool_calls=reply.tool_calls,
