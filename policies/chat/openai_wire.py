@@ -237,10 +237,17 @@ def _max_tokens(given: Dict[str, Any]) -> Optional[int]:
     return _int(given, key, 1)
 
 
+# SGLang's own limit on a request's stop strings (OpenAI's is 4).
+MAX_STOP_STRINGS = 32
+
+
 def _stop(stop: Any) -> List[str]:
     stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise _invalid("stop", "stop must be a non-empty string or a list of them")
+    if len(stops) > MAX_STOP_STRINGS:
+        # SGLang refuses more, and a refused engine request would be the engine's failure, not the caller's.
+        raise _invalid("stop", f"stop holds {len(stops)} strings; at most {MAX_STOP_STRINGS} are accepted")
     return list(stops)
 
 
