@@ -7,7 +7,7 @@ ever tokenized, each piece once, on its own.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Protocol, Sequence
+from typing import Any, Dict, List, Protocol, Sequence
 
 from policies.chat.chat_tokenizer import IM_END, IM_START
 
@@ -28,6 +28,17 @@ PROMPT_VERSION = -1
 def neutralize_special_tokens(text: str) -> str:
     """Command output or task text must never open or close a chat turn: break up `<|...|>`."""
     return text.replace("<|", "<\u200b|")
+
+
+def neutralize_json(value: Any) -> Any:
+    """neutralize_special_tokens on every string of a JSON value (a tool call's arguments), keys included."""
+    if isinstance(value, str):
+        return neutralize_special_tokens(value)
+    if isinstance(value, list):
+        return [neutralize_json(item) for item in value]
+    if isinstance(value, dict):
+        return {neutralize_special_tokens(key): neutralize_json(item) for key, item in value.items()}
+    return value
 
 
 class Conversation:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
-from policies.chat.conversation import neutralize_special_tokens
+from policies.chat.conversation import neutralize_json, neutralize_special_tokens
 from policies.chat.openai_messages import check_text, parse_messages
 from policies.chat.openai_reply import (OpenAIError, StreamChunks, completion_body,  # noqa: F401 (re-exported)
                                         context_length_error, error_event, logprobs_content, model_not_found_error,
@@ -151,20 +151,10 @@ def template_messages(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             rendered["tool_calls"] = [
                 {"id": call["id"], "type": "function",
                  "function": {"name": neutralize_special_tokens(call["function"]["name"]),
-                              "arguments": _neutralized(json.loads(call["function"]["arguments"]))}}
+                              "arguments": neutralize_json(json.loads(call["function"]["arguments"]))}}
                 for call in message["tool_calls"]]
         out.append(rendered)
     return out
-
-
-def _neutralized(value: Any) -> Any:
-    if isinstance(value, str):
-        return neutralize_special_tokens(value)
-    if isinstance(value, list):
-        return [_neutralized(item) for item in value]
-    if isinstance(value, dict):
-        return {neutralize_special_tokens(key): _neutralized(item) for key, item in value.items()}
-    return value
 
 
 # ---------------------------------------------------------------------- fields

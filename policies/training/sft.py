@@ -28,7 +28,7 @@ import torch
 
 
 from configs.schema import SFTConfig
-from policies.chat.conversation import neutralize_special_tokens
+from policies.chat.conversation import neutralize_json, neutralize_special_tokens
 from policies.hf_dir import write_hf_dir
 from policies.training.logprobs import sequence_logprobs
 from policies.training.precision import autocast, use_bf16
@@ -89,18 +89,8 @@ def _clean_call(call: dict) -> dict:
             raise ValueError(f"tool call {function.get('name')!r}: its arguments are not JSON ({error}); write them "
                              f"as a JSON object or a string holding one, as OpenAI's tool_calls do") from None
     cleaned = {"type": "function", "function": {"name": neutralize_special_tokens(function["name"]),
-                                                "arguments": _neutralized(arguments)}}
+                                                "arguments": neutralize_json(arguments)}}
     return {"id": call["id"], **cleaned} if "id" in call else cleaned
-
-
-def _neutralized(value):
-    if isinstance(value, str):
-        return neutralize_special_tokens(value)
-    if isinstance(value, list):
-        return [_neutralized(item) for item in value]
-    if isinstance(value, dict):
-        return {neutralize_special_tokens(key): _neutralized(item) for key, item in value.items()}
-    return value
 
 
 def render_example(tokenizer, messages: list[dict], tools: Optional[list] = None,
