@@ -1,5 +1,5 @@
-"""configs/harness_mini_swe_agent.yaml through `make harness-recipe` on a real local Ray: mini-swe-agent,
-unmodified, in every sandbox; every stage runs; the trainer steps on what the gateway served; the
+"""A harness recipe through `make harness-recipe` on a real local Ray, the harness unmodified in every
+sandbox; every stage runs; the trainer steps on what the gateway served; the
 accounting identity holds. And the expert's traces through the harness."""
 import json
 import random
@@ -13,6 +13,7 @@ from actors.stages.harness_traces import harness_reply, planned_commands, write_
 from actors.stages.policy_setup import ensure_policy
 from actors.training.sample_collector import COUNTERS
 from configs import load_config
+from envs.harness_agents import tool_agent
 from envs.tasks.expert_plan import has_wrong_edit
 from envs.tasks.loaders import load_tasks
 from policies.chat.chat_tokenizer import load_chat_tokenizer
@@ -30,12 +31,14 @@ SMALL = ["trainer.total_steps=1", "rollout.group_size=2", "rollout.groups_per_ba
 
 
 def test_make_harness_recipe_runs_every_stage_and_keeps_the_books(swerve_cache, tmp_path):
-    """`make harness-recipe` as README advertises it (mini-swe-agent, unmodified, in every sandbox),
-    at its smallest: the stages run, the trainer steps on what the gateway served, the books balance."""
+    """`make harness-recipe` as README advertises it, at its smallest: the stages run, the trainer steps
+    on what the gateway served, the books balance. tool-agent here (the recipe does not depend on the
+    harness, and it imports nothing per episode); mini-swe-agent's episodes are tested in tests/envs."""
     venv = Path(sys.executable).parent.parent  # the suite's own: its set-up stamp is there
     args = " ".join([*SMALL, f"run.dir={tmp_path}", "run.name=harness", f"model.cache_dir={swerve_cache}",
                      f"tokenizer.cache_dir={swerve_cache}"])
     done = subprocess.run(["make", "--no-print-directory", "harness-recipe", f"VENV={venv}", f"ARGS={args}",
+                           "HARNESS_CONFIG=configs/harness_tool_agent.yaml",
                            f"TEST_REPORT={tmp_path / 'make'}", f"SETUP_TIMES={tmp_path / 'make' / 'steps.txt'}"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -52,7 +55,7 @@ def test_make_harness_recipe_runs_every_stage_and_keeps_the_books(swerve_cache, 
     trajectories = [json.loads(line) for f in sorted((accounting_file.parent / "trajectories").glob("*.jsonl"))
                     for line in f.read_text().splitlines()]
     scored = [t for t in trajectories if t["outcome"] != "infra_error"]
-    assert scored and all(t["messages"][0]["content"].startswith("You are a helpful assistant") for t in scored)
+    assert scored and all(t["messages"][0]["content"] == tool_agent.SYSTEM_PROMPT for t in scored)
     assert all(t["harness"]["requests"] >= 1 for t in scored)
 
 
