@@ -38,8 +38,8 @@ NOT_FINGERPRINTED = (
 # those keys leaves the stage's result as it was. (Which stages come before a stage enters its
 # fingerprint through the fingerprint of the one before it.)
 # Keys only an RL run reads (its rollouts and its task stream); an eval reads the rest of rollout.*.
-RL_ONLY = ("trainer.*", "pipeline.rl_*", "rollout.mode", "rollout.max_staleness", "rollout.group_size",
-           "rollout.groups_per_batch", "rollout.temperature", "rollout.normalize_advantage_std",
+RL_ONLY = ("trainer.*", "pipeline.rl_*", "rollout.mode", "rollout.max_staleness", "rollout.staleness_unit",
+           "rollout.group_size", "rollout.groups_per_batch", "rollout.temperature", "rollout.normalize_advantage_std",
            "rollout.drop_uniform_groups", "rollout.task_selection", "rollout.pass_rate_*", "rollout.explore_fraction",
            "tasks.stream_*", "tasks.synth.*")
 UNREAD_BY_STAGE = {

@@ -11,6 +11,13 @@ class RolloutConfig:
     # "sync": as max_staleness=0, each batch is sampled by the policy it trains.
     mode: Literal["async", "sync"] = "async"
     max_staleness: int = 1
+    # What max_staleness counts: "trajectory" (a trajectory whose oldest generated token is more
+    # than max_staleness versions behind the batch is dropped whole, and the trainer waits for
+    # work at that edge) | "token" (the trainer never waits for a straggler; each generated token
+    # more than max_staleness behind is masked out of the loss, a trajectory left with none is
+    # dropped). "trajectory" stays the default until `swerve bench async_vs_sync` shows "token"
+    # wins on both throughput and learning (issue 42).
+    staleness_unit: Literal["trajectory", "token"] = "trajectory"
     num_episode_actors: int = 4
     group_size: int = 4
     groups_per_batch: int = 2

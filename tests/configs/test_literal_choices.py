@@ -14,6 +14,7 @@ from configs import ConfigError, load_config
     ("sandbox.cgroup=maybe", "auto, required, off"),
     ("rollout.mode=eventually", "async, sync"),
     ("rollout.task_selection=best", "uniform, pass_rate"),
+    ("rollout.staleness_unit=tokens", "trajectory, token"),
 ])
 def test_a_literal_key_lists_its_allowed_values(override, allowed):
     key, value = override.split("=")

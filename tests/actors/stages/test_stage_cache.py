@@ -37,6 +37,12 @@ def test_every_fingerprint_exclusion_names_a_config_key():
         assert fnmatch.filter(keys, pattern), f"{pattern} matches no config key (renamed?)"
 
 
+def test_the_staleness_unit_is_read_by_the_rl_stage_alone(tmp_path):
+    cfg = _cfg(tmp_path, "rollout.staleness_unit=token")
+    assert stage_config(cfg, "rl")["rollout.staleness_unit"] == "token"
+    assert all("rollout.staleness_unit" not in stage_config(cfg, stage) for stage in ("base", "sft"))
+
+
 @pytest.mark.slow
 def test_fingerprints_follow_what_each_stage_reads(tmp_path):
     base = stage_fingerprints(_cfg(tmp_path))
