@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 
-from actors.episodes.trajectory import Trajectory
+from actors.episodes.trajectory import Trajectory, oldest_version
 from envs.outcomes import Outcome
 
 
@@ -51,9 +51,24 @@ def entropy_estimate(trajs: list[Trajectory]) -> float | None:
     return total / count if count else None
 
 
-def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int, window_s: float) -> dict:
-    """kept: the trajectories trained in this batch; finished: all returned since the last batch."""
-    staleness = [version - t.oldest_version for t in kept]
+def stale_token_fraction(kept: list[Trajectory], trained_masks: list[list[int]]) -> float | None:
+    """Share of the trained trajectories' generated tokens masked out of the loss as stale
+    (rollout.staleness_unit=token; 0.0 under `trajectory`). Trajectories dropped whole are not
+    in it: they are `stale_dropped_in_batch`."""
+    generated = sum(t.num_generated for t in kept)
+    return (generated - sum(sum(m) for m in trained_masks)) / generated if generated else None
+
+
+def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int, window_s: float,
+                trained_masks: list[list[int]] | None = None) -> dict:
+    """kept: the trajectories trained in this batch; finished: all returned since the last batch;
+    trained_masks: each kept trajectory's loss mask as trained (None: its own, nothing masked)."""
+    masks = [list(t.loss_mask) for t in kept] if trained_masks is None else trained_masks
+    if len(masks) != len(kept):
+        raise ValueError(f"{len(masks)} trained masks for {len(kept)} trajectories")
+    # Staleness of what is trained: the oldest token left in the loss (under staleness_unit=token
+    # older ones were masked, and their share is stale_token_fraction).
+    staleness = [version - oldest_version(t.versions, m, t.admitted_version) for t, m in zip(kept, masks)]
     by_source: dict[str, int] = {}
     for t in finished:
         if t.is_infra_error:
@@ -70,6 +85,7 @@ def batch_stats(kept: list[Trajectory], finished: list[Trajectory], version: int
         "staleness_mean": statistics.fmean(staleness) if staleness else None,
         "staleness_max": max(staleness) if staleness else None,
         "staleness_hist": {str(k): staleness.count(k) for k in sorted(set(staleness))},
+        "stale_token_fraction": stale_token_fraction(kept, masks),
         "tail_fraction": tail_fraction(kept),
         "turns_mean": statistics.fmean(t.turns for t in kept) if kept else None,
         "tokens_mean": statistics.fmean(t.num_generated for t in kept) if kept else None,

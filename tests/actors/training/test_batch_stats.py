@@ -29,3 +29,19 @@ def test_rates_and_staleness():
     assert s["reward_mean"] == 0.5 and s["staleness_max"] == 1 and s["staleness_mean"] == 0.5
     assert s["infra_error_rate"] == pytest.approx(1 / 3) and s["infra_error_by_source"] == {"sandbox": 1}
     assert s["rollout_traj_per_hour"] == pytest.approx(3)
+
+
+def test_stale_token_fraction_counts_masked_generated_tokens_of_the_trained_trajectories():
+    a = Trajectory(0, 0, 0, "t", 0, outcome="unresolved", token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 1, 1],
+                   logprobs=[0, -1, -1, -1], versions=[-1, 0, 1, 2], started_s=0, finished_s=1)
+    b = traj(0, 1, version=2)  # one generated token, at the batch's version
+    # Under rollout.staleness_unit=token with a bound of 1 at version 2, a's version-0 token was masked.
+    s = batch_stats([a, b], [a, b], version=2, window_s=1, trained_masks=[[0, 0, 1, 1], [0, 1]])
+    assert s["stale_token_fraction"] == pytest.approx(1 / 4)
+    assert s["staleness_max"] == 1 and s["tokens_generated_trained"] == 4  # staleness of what was trained
+    # Under `trajectory` nothing is masked.
+    plain = batch_stats([a, b], [a, b], version=2, window_s=1)
+    assert plain["stale_token_fraction"] == 0.0 and plain["staleness_max"] == 2
+    assert batch_stats([], [], version=2, window_s=1)["stale_token_fraction"] is None
+    with pytest.raises(ValueError, match="1 trained masks for 2"):
+        batch_stats([a, b], [], version=2, window_s=1, trained_masks=[[0, 1]])

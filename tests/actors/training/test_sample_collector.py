@@ -1,14 +1,15 @@
 import pytest
 
 from actors.episodes.trajectory import STOP
-from actors.training.sample_collector import AccountingError, SampleCollector
+from actors.training.sample_collector import AccountingError, SampleCollector, stale_token_mask
 from actors.episodes.trajectory import Trajectory
 from configs.schema import RolloutConfig
 
 
-def make(groups_per_batch=2, group_size=2, max_staleness=1, mode="async", retries=1, ntasks=5, drop_uniform=False):
+def make(groups_per_batch=2, group_size=2, max_staleness=1, mode="async", retries=1, ntasks=5, drop_uniform=False,
+         unit="trajectory"):
     cfg = RolloutConfig(groups_per_batch=groups_per_batch, group_size=group_size, max_staleness=max_staleness,
-                        mode=mode, max_infra_retries=retries, drop_uniform_groups=drop_uniform)
+                        mode=mode, max_infra_retries=retries, drop_uniform_groups=drop_uniform, staleness_unit=unit)
     tasks = [f"task-{i}" for i in range(ntasks)]
     return SampleCollector(cfg, tasks, tasks, seed=0)
 
@@ -113,6 +114,91 @@ def test_stale_trajectories_dropped_and_counted():
     batch = c.next_batch(1.0)
     assert batch.samples == [] and c.counts["dropped_stale"] == 4
     c.accounting()
+
+
+def test_token_unit_masks_generated_tokens_beyond_the_bound_and_leaves_the_prompt():
+    # Trained at version 5 with a bound of 2: version 3 is exactly at the bound (kept), 2 is one beyond.
+    mask = stale_token_mask([0, 0, 1, 1, 1, 0, 1, 1], [-1, -1, 2, 2, 3, -1, 4, 5], version=5, max_staleness=2)
+    assert mask == [0, 0, 0, 0, 1, 0, 1, 1]
+    assert stale_token_mask([0, 1], [-1, 0], version=0, max_staleness=0) == [0, 1]  # on-policy: kept
+    with pytest.raises(ValueError, match="staleness_unit=trajectory"):
+        stale_token_mask([0, 1, 1], [-1, 0], version=0, max_staleness=0)
+
+
+def spanning(item, versions, reward=0.0):
+    """A trajectory that generated across weight updates: a prompt token, then one token per version."""
+    n = len(versions)
+    return Trajectory(item.group_id, item.member, item.attempt, item.task_id, item.admitted_version,
+                      outcome="unresolved", reward=reward, token_ids=list(range(1, n + 2)), loss_mask=[0] + [1] * n,
+                      logprobs=[0.0] + [-1.0] * n, versions=[-1, *versions], started_s=0.0, finished_s=1.0)
+
+
+def test_token_unit_trains_a_straggler_on_its_fresh_tokens_and_drops_one_with_none():
+    c = make(max_staleness=1, unit="token", groups_per_batch=1)
+    items = drain(c)  # group 0: members 0 and 1, both admitted at version 0
+    c.set_version(3)
+    c.submit(spanning(items[0], [0, 1, 2, 3], reward=1.0))  # tokens at 0 and 1 are past the bound
+    c.submit(spanning(items[1], [0, 1, 1]))  # every generated token is past it
+    batch = c.next_batch(1.0)
+    assert [t.member for t in batch.trajectories] == [0]
+    (sample,) = batch.samples
+    assert sample.loss_mask == [0, 0, 0, 1, 1] and sample.token_ids == [1, 2, 3, 4, 5]  # context kept whole
+    assert sample.advantage == 0.0  # the group's baseline is over the members trained
+    assert batch.trajectories[0].loss_mask == [0, 1, 1, 1, 1]  # the record keeps what was generated
+    assert batch.stats["stale_token_fraction"] == 0.5 and batch.stats["stale_dropped_in_batch"] == 1
+    assert batch.stats["staleness_max"] == 1  # of the tokens trained
+    acc = c.accounting()
+    assert acc["dropped_stale"] == 1 and acc["trained"] == 1 and acc["identity_holds"]
+
+
+def test_token_unit_leaves_out_a_segment_with_no_trained_token():
+    c = make(max_staleness=0, unit="token", groups_per_batch=1)
+    items = drain(c)
+    c.set_version(1)
+    for item in items:
+        traj = spanning(item, [0, 0, 1, 1], reward=float(item.member))
+        traj.segment_starts = [0, 3]  # the first segment holds only version-0 tokens
+        c.submit(traj)
+    batch = c.next_batch(1.0)
+    assert len(batch.trajectories) == 2 and [s.loss_mask for s in batch.samples] == [[1, 1], [1, 1]]
+    assert batch.num_loss_tokens == 4 and batch.stats["stale_token_fraction"] == 0.5
+
+
+def test_under_token_a_straggler_does_not_hold_back_the_batch_trajectory_waits_for():
+    for unit in ("trajectory", "token"):
+        c = make(max_staleness=1, unit=unit)
+        items = drain(c)  # 4 groups of 2, all started at version 0
+        for item in items[:4]:
+            c.submit(finish(item))  # groups 0 and 1 complete
+        c.set_version(1)  # groups 2 and 3 still in flight, started at the edge
+        batch = c.next_batch(1.0)
+        if unit == "trajectory":
+            assert batch is None  # paced: unchanged
+            continue
+        assert len(batch.samples) == 4 and batch.stats["stale_token_fraction"] == 0.0
+        c.set_version(2)
+        for item in items[4:6]:  # a straggler group whose tokens are all from version 0: stale
+            c.submit(finish(item))
+        for item in items[6:]:  # one that kept generating after the updates: its last token is fresh
+            c.submit(spanning(item, [0, 1]))
+        second = c.next_batch(1.0)
+        assert [s.loss_mask for s in second.samples] == [[0, 0, 1], [0, 0, 1]]
+        assert second.stats["stale_token_fraction"] == 0.5 and second.stats["stale_dropped_in_batch"] == 2
+        acc = c.accounting()
+        assert acc["trained"] == 6 and acc["dropped_stale"] == 2 and acc["identity_holds"]
+
+
+def test_stale_drops_under_both_units_keep_the_identity():
+    for unit in ("trajectory", "token"):
+        c = make(max_staleness=1, unit=unit)
+        items = drain(c)
+        for item in items:
+            c.submit(finish(item))
+        c.set_version(2)  # every token is from version 0: two behind
+        batch = c.next_batch(1.0)
+        assert batch.samples == [] and batch.stats["stale_dropped_in_batch"] == 4
+        acc = c.accounting()
+        assert acc["dropped_stale"] == 4 and acc["buffered"] == 4 and acc["identity_holds"]
 
 
 def test_infra_error_reruns_only_that_member_and_is_never_trained():
