@@ -271,10 +271,13 @@ def _all_reduce_flat(grads: list[torch.Tensor], group: Optional[dist.ProcessGrou
 def _behavior_gap(parts: list, version: int) -> dict:
     """How far the trainer's view of the sampled tokens is from the engine's, before any update.
 
-    Sums and counts (the driver adds them over shards): |proximal - behavior| over tokens the
-    engine sampled at the trainer's current version (same weights: any gap is numerics, a
-    temperature mismatch or a weight-sync bug), and the k3 estimate of KL(behavior || proximal)
-    over every generated token (includes the staleness of older tokens)."""
+    Sums and counts (the driver adds them over shards; metrics `logprob_mismatch_mean`,
+    `mismatch_kl`, `behavior_kl`): |proximal - behavior| over tokens the engine sampled at the
+    trainer's current version (same weights: any gap is numerics, a temperature mismatch or a
+    weight-sync bug), and over every token trained (loss mask 1, so tokens masked as stale under
+    rollout.staleness_unit=token are not in it) the k3 estimate of KL(behavior || proximal):
+    exp(d) - 1 - d with d = proximal - behavior, unbiased for tokens drawn from the behaviour
+    policy and never negative. It includes the staleness of tokens from older versions."""
     out = {"mismatch_abs_sum": 0.0, "mismatch_kl_sum": 0.0, "mismatch_tokens": 0,
            "behavior_kl_sum": 0.0, "behavior_tokens": 0}
     for batch, proximal, _ in parts:

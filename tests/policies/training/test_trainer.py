@@ -176,3 +176,21 @@ def test_mismatch_compares_only_tokens_sampled_at_the_trainers_version(model_pat
     # another version and only enters the behaviour KL.
     assert stats["mismatch_tokens"] == 2 and stats["mismatch_abs_sum"] == pytest.approx(1.0, abs=1e-5)
     assert stats["behavior_tokens"] == 3 and stats["behavior_kl_sum"] > stats["mismatch_kl_sum"] > 0
+
+
+def test_behavior_kl_is_the_k3_mean_over_the_tokens_trained(model_path):
+    """rollout.staleness_unit=token masks stale tokens out of the loss mask: they leave the KL too."""
+    import math
+
+    trainer = Trainer(TrainerConfig(lr=1e-3), model_path)
+    ids = [1, 5, 9, 12, 7]
+    with torch.no_grad():
+        own = sequence_logprobs(trainer.backend.model, torch.tensor([ids]),
+                                torch.ones(1, 5, dtype=torch.long))[0].tolist()
+    # Token 4 was generated but masked as stale; its behaviour log-prob is far off and must not count.
+    behavior = [0.0, 0.0, own[2] - 0.5, own[3] + 0.25, own[4] - 5.0]
+    sample = TrainSample(ids, [0, 0, 1, 1, 0], behavior, 1.0, versions=[-1, -1, 3, 4, 1])
+    stats = trainer.train_step([sample], 1.0, 2)
+    k3 = [math.exp(d) - 1.0 - d for d in (0.5, -0.25)]  # d = trainer - behaviour
+    assert stats["behavior_tokens"] == 2
+    assert stats["behavior_kl_sum"] / stats["behavior_tokens"] == pytest.approx(sum(k3) / 2, abs=1e-4)
