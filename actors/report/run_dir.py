@@ -16,7 +16,7 @@ from configs import Config, to_yaml
 
 METRIC_NAMES = (
     "step", "step_time_s", "time_actor_update_s", "time_rollout_wait_s", "time_logprob_s",
-    "time_weight_sync_s", "policy_version", "staleness_mean", "staleness_max", "reward_mean",
+    "time_weight_sync_s", "policy_version", "staleness_mean", "staleness_max", "stale_token_fraction", "reward_mean",
     "resolved_rate", "truncated_rate", "format_error_rate", "infra_error_rate", "infra_error_by_source",
     "tamper_rate",
     "rollout_traj_per_hour", "tail_fraction", "turns_mean", "tokens_mean", "tokens_trained",
