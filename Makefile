@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup debian sglang-side harness harbor docker chromium suite-clock test test-fast check run harness-recipe check-dashboard clean
+.PHONY: setup debian sglang-side harness harbor docker chromium suite-clock test test-fast check run harness-recipe check-dashboard gpu-check clean
 
 setup: $(STAMP) harness
 
@@ -189,6 +189,19 @@ harness-recipe: setup
 check-dashboard: DEBIAN := $(DEBIAN_RUN) chromium:chromium
 check-dashboard: setup chromium
 	timeout 600 $(PY) -m bench.resilience.check_dashboard --run-dir runs/check-dashboard
+
+# The one prepared run for a lent GPU machine (README "Checking on a GPU machine"; bench/gpu_check.py):
+# the device's own python3 (CUDA torch, transformers), the wheels it lacks carried from
+# runs/gpu-check/wheels, the report in $$OUT (else runs/gpu-check). DRY=1, here: downloads those wheels
+# (PyPI), then runs every part at a tiny size on CPU with only the device's packages and checks the plan
+# (what travels fits 64 MiB, the time estimate fits 8 minutes).
+GPU_PY ?= python3
+gpu-check: $(if $(filter 1,$(DRY)),$(STAMP))
+ifeq ($(DRY),1)
+	$(PY) -m bench.gpu_check --dry-run --build-wheelhouse --out runs/gpu-check/dry
+else
+	$(GPU_PY) -m bench.gpu_check
+endif
 
 clean:
 	rm -rf $(VENV) runs
