@@ -59,6 +59,11 @@ def _tail(path: Path) -> str:
     return path.read_text(errors="replace")[-LOG_TAIL_CHARS:] if path.exists() else ""
 
 
+def _last_line(path: Path) -> str:
+    lines = [line for line in _tail(path).splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
 def install(wheelhouse: Path, site: Path, dry: bool, clock: Clock) -> dict:
     """The carried wheels into `site`; the dry run installs them for the GPU machine's python, to check them."""
     wheels = wheel_files(wheelhouse)
@@ -94,22 +99,22 @@ def audited(command: list[str], out: Path, name: str) -> list[str]:
             str(out / f"blocked-{name}.json"), *command[2:]]
 
 
-def run_worker(args, env: dict, report: dict, clock: Clock) -> None:
-    """The model parts in bench/gpu_parts.py's worker, restarted for the rest when one kills it or
-    outruns its limit; a part it never finished is failed with the reason."""
+def run_worker(args, env: dict, report: dict, clock: Clock, worker: str = "bench.gpu_parts") -> None:
+    """The model parts in the worker (`python -m worker`, bench/gpu_parts.py's protocol), restarted for
+    the rest when one kills it or outruns its limit; a part it never finished is failed with the reason."""
     parts, out = report["parts"], args.out
     results, log = Results(out / "worker.jsonl"), out / "worker.log"
     remaining, launch = list(WORKER_PARTS), 0
     while remaining and clock.limit(remaining[0]) > 0:
         launch += 1
-        command = [sys.executable, "-m", "bench.gpu_parts", "--size", args.size, "--cache", args.cache,
+        command = [sys.executable, "-m", worker, "--size", args.size, "--cache", args.cache,
                    "--results", str(results.path), *([] if args.dry_run else ["--require-cuda"]), *remaining]
         if args.dry_run:
             command = audited(command, out, f"worker{launch}")
         with log.open("a") as sink:
             proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-        current, deadline, ended_by = None, 0.0, ""
+        current, deadline, ended_by, progressed = None, 0.0, "", False
         while not ended_by:
             exited = proc.poll() is not None
             for line in results.new_lines():
@@ -117,6 +122,7 @@ def run_worker(args, env: dict, report: dict, clock: Clock) -> None:
                     report["device"] = {k: v for k, v in line.items() if k != "event"}
                 elif line.get("event") == "started":
                     current, deadline = line["part"], time.monotonic() + clock.limit(line["part"])
+                    progressed = True
                 else:
                     name = line.pop("part")
                     parts[name] = {**line, "limit_s": LIMITS[name]}
@@ -134,12 +140,12 @@ def run_worker(args, env: dict, report: dict, clock: Clock) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the worker's own process group (start_new_session)
             proc.wait()
-        if remaining:
-            victim = current or remaining[0]  # a worker that died before starting a part takes the next one with it
-            parts[victim] = {"status": "failed", "error": f"{ended_by} during this part; worker.log: {_tail(log)}",
-                             "limit_s": LIMITS[victim]}
-            remaining.remove(victim)
+        # The part it was in fails; a worker that started none (an import error) fails every one left.
+        for victim in ([current] if current else remaining if not progressed else remaining[:1]):
+            parts[victim] = {"status": "failed", "error": f"{ended_by} during this part: {_last_line(log)}",
+                             "log_tail": _tail(log), "limit_s": LIMITS[victim]}
             _progress(victim, parts[victim])
+        remaining = [name for name in remaining if name not in parts]
     for name in remaining:
         parts[name] = {"status": "failed", "error": f"not run: the check's budget of {RUN_BUDGET_S} s ran out",
                        "limit_s": LIMITS[name]}
@@ -299,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         _run_part(report, "install", lambda: install(args.wheelhouse, site, args.dry_run, clock))
         # The dry run imports this venv's packages (the wheels are built for the GPU machine's python).
         path = [] if args.dry_run else [str(site)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path + [str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        path += [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
                "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         run_worker(args, env, report, clock)
         _run_part(report, "gpu_tests", lambda: gpu_tests(args, env, clock))

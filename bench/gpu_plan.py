@@ -201,8 +201,9 @@ def wheelhouse_problems(folder: Path) -> list[str]:
     problems = [f"no wheel of {name} in {folder}" for name in WHEELS if normalized(name) not in found]
     problems += [f"{name}: several versions {versions} in {folder} (pip installs none)"
                  for name, versions in found.items() if len(versions) > 1]
+    carried = {normalized(name) for name in WHEELS}  # a carried one missing from the folder is named above
     for wheel in wheel_files(folder):
-        missing = [r for r in requirements(wheel) if r not in DEVICE_PACKAGES and r not in found]
+        missing = [r for r in requirements(wheel) if r not in DEVICE_PACKAGES and r not in carried]
         if missing:
             problems.append(f"{wheel.name} requires {missing}, which the GPU machine lacks: add them to WHEELS")
     return problems
@@ -226,9 +227,7 @@ def installed_bytes(name: str) -> int:
 def travel(folder: Path) -> dict:
     """MiB that would travel: the working tree (tracked and untracked-not-ignored files, as the device
     tool sends it) and the wheelhouse; without one, the installed files bound each wheel."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    tree = sum(os.path.getsize(ROOT / name) for name in listed.split("\0") if name and (ROOT / name).is_file())
+    tree = sum(path.stat().st_size for path in _tree_files())
     wheels = wheel_files(folder)
     if wheels:
         carried, how = sum(w.stat().st_size for w in wheels), "wheels"
@@ -237,3 +236,15 @@ def travel(folder: Path) -> dict:
     total = (tree + carried) / 2**20
     return {"tree_mib": round(tree / 2**20, 2), "wheels_mib": round(carried / 2**20, 2), "wheels": how,
             "total_mib": round(total, 2), "limit_mib": TRAVEL_LIMIT_MIB, "fits": total <= TRAVEL_LIMIT_MIB}
+
+
+def _tree_files() -> list[Path]:
+    """The files the device tool sends: git's tracked and untracked-not-ignored ones (without git, an
+    export: every file but the ignored outputs)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode == 0 and listed.stdout:
+        return [ROOT / name for name in listed.stdout.split("\0") if name and (ROOT / name).is_file()]
+    skip = {".git", "runs", "__pycache__"}
+    return [p for p in ROOT.rglob("*") if p.is_file() and not skip.intersection(p.relative_to(ROOT).parts)
+            and not p.relative_to(ROOT).parts[0].startswith(".venv")]
