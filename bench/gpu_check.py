@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -82,7 +83,10 @@ def install(wheelhouse: Path, site: Path, dry: bool, clock: Clock) -> dict:
                   *[arg for p in gpu_plan.PIP_PLATFORMS for arg in ("--platform", p)]]
     command = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                "--disable-pip-version-check", "--target", str(site), *target, *map(str, wheels)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=clock.limit("install"))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=clock.limit("install"))
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "error": f"pip install timed out (limit {LIMITS['install']} s)"}
     if done.returncode:
         return {"status": "failed", "error": f"pip install exited with {done.returncode}: "
                 f"{(done.stdout + done.stderr)[-LOG_TAIL_CHARS:]}"}
@@ -188,11 +192,14 @@ def gpu_tests(args, env: dict, clock: Clock) -> dict:
         command = audited(command, args.out, "pytest")
     junit.unlink(missing_ok=True)
     with log.open("w") as sink:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
-            code = subprocess.run(command, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                  timeout=clock.limit("gpu_tests")).returncode
+            code = proc.wait(timeout=clock.limit("gpu_tests"))
         except subprocess.TimeoutExpired:
-            return {"status": "failed", "error": f"pytest timed out (limit {LIMITS['gpu_tests']} s): {_tail(log)}",
+            os.killpg(proc.pid, signal.SIGKILL)  # pytest and what its tests started (its own process group)
+            proc.wait()
+            return {"status": "failed", "error": f"pytest timed out (limit {LIMITS['gpu_tests']} s): {_last_line(log)}",
                     "files": files}
     tests = _junit_outcomes(junit)
     result = {"files": files, "tests": tests, "exit_code": code,
@@ -275,7 +282,11 @@ def table(report: dict) -> str:
 
 def _run_part(report: dict, name: str, run) -> None:
     started = time.monotonic()
-    report["parts"][name] = {**run(), "seconds": round(time.monotonic() - started, 2), "limit_s": LIMITS[name]}
+    try:
+        result = run()
+    except Exception as error:  # this part's failure, reported; the check goes on
+        result = {"status": "failed", "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+    report["parts"][name] = {**result, "seconds": round(time.monotonic() - started, 2), "limit_s": LIMITS[name]}
     _progress(name, report["parts"][name])
 
 
@@ -294,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = Clock(RUN_BUDGET_S)
     report: dict = {"mode": "dry-run" if args.dry_run else "gpu", "size": args.size, "budget_s": RUN_BUDGET_S,
                     "started": datetime.datetime.now().isoformat(timespec="seconds"), "parts": {}}
-    if args.build_wheelhouse and not wheel_files(args.wheelhouse):
+    if args.build_wheelhouse:
         gpu_plan.build_wheelhouse(args.wheelhouse)
     if args.dry_run:
         report["travel"] = gpu_plan.travel(args.wheelhouse)
@@ -308,7 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         path += [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
                "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        run_worker(args, env, report, clock)
+        try:
+            run_worker(args, env, report, clock)
+        except Exception as error:  # the runner itself broke: every part it had not finished fails with it
+            for name in WORKER_PARTS:
+                report["parts"].setdefault(name, {"status": "failed", "error": f"{type(error).__name__}: {error}",
+                                                  "traceback": traceback.format_exc(), "limit_s": LIMITS[name]})
         _run_part(report, "gpu_tests", lambda: gpu_tests(args, env, clock))
     finally:
         shutil.rmtree(site, ignore_errors=True)

@@ -180,8 +180,13 @@ def wheel_spec() -> list[str]:
 
 
 def build_wheelhouse(folder: Path) -> None:
-    """Download the carried wheels for the device's python (network: here, never there)."""
+    """Download the carried wheels for the device's python (network: here, never there); a wheel of
+    another version than this venv's (an older build) is removed first."""
     folder.mkdir(parents=True, exist_ok=True)
+    wanted = {normalized(item.replace("==", "-")) for item in wheel_spec()}
+    for wheel in wheel_files(folder):
+        if normalized("-".join(wheel.name.split("-")[:2])) not in wanted:
+            wheel.unlink()
     platforms = [arg for p in PIP_PLATFORMS for arg in ("--platform", p)]
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--python-version", DEVICE_PYTHON, "--implementation", "cp", *platforms,
