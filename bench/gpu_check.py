@@ -90,7 +90,8 @@ def install(wheelhouse: Path, site: Path, dry: bool, clock: Clock) -> dict:
     if done.returncode:
         return {"status": "failed", "error": f"pip install exited with {done.returncode}: "
                 f"{(done.stdout + done.stderr)[-LOG_TAIL_CHARS:]}"}
-    return {"status": "ok", "wheels": [w.name for w in wheels], "python": gpu_plan.DEVICE_PYTHON if dry else sys.version.split()[0],
+    python = gpu_plan.DEVICE_PYTHON if dry else sys.version.split()[0]
+    return {"status": "ok", "wheels": [w.name for w in wheels], "python": python,
             "wheels_mib": round(sum(w.stat().st_size for w in wheels) / 2**20, 2)}
 
 
@@ -275,8 +276,8 @@ def table(report: dict) -> str:
                   f"{e['total_s']} s of {e['budget_s']} s {e['parts_s']}" + (f"; over: {e['over']}" if e["over"] else "")]
     blocked = report.get("blocked_imports", [])
     if blocked:
-        lines.append("imports refused as on the GPU machine, which lacks them (optional ones; a part that needed one failed above): " + "; ".join(
-            f"{b['module']} ({b['importer']})" for b in blocked))
+        lines.append("imports refused as on the GPU machine, which lacks them (optional ones; a part that needed "
+                     "one failed above): " + "; ".join(f"{b['module']} ({b['importer']})" for b in blocked))
     return "\n".join(lines) + "\n"
 
 
