@@ -10,11 +10,7 @@ counted in groups (AReaL's capacity rule). Every path keeps the identity
 (`rollout.drop_uniform_groups`): every member got the same reward, so the group's advantages are
 all zero and it would only dilute the batch; it frees its admission slot for a new group.
 
-Staleness (`rollout.max_staleness`, counted in `rollout.staleness_unit`): under `trajectory` a
-trajectory whose oldest generated token is more than max_staleness versions behind the batch is
-dropped whole, and the batch waits for work at that edge (pacing); under `token` the batch never
-waits for a straggler, and each generated token more than max_staleness behind is masked out of
-the loss (`stale_token_mask`); a trajectory left with no trained token is dropped as stale.
+Staleness (`rollout.max_staleness`, counted in `rollout.staleness_unit`): actors/training/staleness.py.
 """
 from __future__ import annotations
 
@@ -25,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional, Sequence, Union
 
 from actors.training.batch_stats import batch_stats
+from actors.training.staleness import StalenessRule
 from actors.training.task_picker import make_picker
 from actors.training.task_table import TaskTable, kind_of
 from actors.episodes.trajectory import STOP, Batch, TrainSample, Trajectory, WorkItem, WorkSource
@@ -35,16 +32,6 @@ from policies.training.advantages import group_advantages
 
 COUNTERS = ("admitted", "in_flight", "buffered", "trained", "dropped_stale", "infra_excluded", "quarantined",
             "filtered_uniform")
-
-
-def stale_token_mask(loss_mask: Sequence[int], versions: Sequence[int], version: int, max_staleness: int) -> list[int]:
-    """The loss mask a batch trained at `version` uses under rollout.staleness_unit=token: a
-    generated token (mask 1) whose policy version is more than `max_staleness` behind is masked
-    out (it stays in the context); tokens exactly `max_staleness` behind are kept."""
-    if len(versions) != len(loss_mask):
-        raise ValueError(f"{len(versions)} token versions for {len(loss_mask)} tokens: rollout.staleness_unit=token "
-                         "needs the policy version of every token (or set rollout.staleness_unit=trajectory)")
-    return [int(bool(m) and version - v <= max_staleness) for m, v in zip(loss_mask, versions)]
 
 
 def _mean(values: Sequence[float]) -> Optional[float]:
@@ -74,6 +61,7 @@ class SampleCollector(WorkSource):
     def __init__(self, cfg: RolloutConfig, tasks: Union[Sequence, TaskStream], task_ids: Sequence[str], seed: int):
         """`tasks`: a list (with its ids) or an endless stream (envs/tasks/stream.py; `task_ids` empty)."""
         self.cfg = cfg
+        self.staleness = StalenessRule(cfg.staleness_unit, cfg.max_staleness)
         self.table = TaskTable(tasks, task_ids)
         self._rng = random.Random(seed)
         self.picker = make_picker(cfg.task_selection, self.table, self._rng, cfg.group_size,
@@ -249,7 +237,7 @@ class SampleCollector(WorkSource):
     def next_batch(self, temperature: float) -> Optional[Batch]:
         if self.cfg.drop_uniform_groups:
             self._filter_uniform()
-        if self.cfg.staleness_unit == "trajectory" and self._straggler_at_bound():
+        if self.staleness.paces and self._straggler_at_bound():
             return None
         ready = [g for g in self._groups.values() if g.complete]
         if len(ready) < self.cfg.groups_per_batch:
@@ -261,7 +249,7 @@ class SampleCollector(WorkSource):
             self._tally(group.task, "trained")
             fresh = []
             for traj in group.members.values():
-                (stale if self._is_stale(traj) else fresh).append(traj)
+                (stale if self.staleness.is_stale(traj, self.version) else fresh).append(traj)
             self.counts["buffered"] -= len(group.members)
             self.counts["dropped_stale"] += len(group.members) - len(fresh)
             self.counts["trained"] += len(fresh)
@@ -272,9 +260,9 @@ class SampleCollector(WorkSource):
                 if key in self._trained_keys:
                     raise AccountingError(f"trajectory {key} would be trained twice")
                 self._trained_keys.add(key)
-                samples.extend(self._trained_samples(traj, advantage))
+                samples.extend(self.staleness.samples(traj, advantage, self.version))
                 kept.append(traj)
-                trained_masks.append(self._trained_mask(traj))
+                trained_masks.append(self.staleness.trained_mask(traj, self.version))
         finished, self._finished_since_batch = self._finished_since_batch, []
         now = time.monotonic()
         stats = batch_stats(kept, finished, self.version, now - self._last_batch_s, trained_masks)
@@ -283,34 +271,6 @@ class SampleCollector(WorkSource):
         stats["stale_dropped_in_batch"] = len(stale)
         stats.update(self._learning_stats(samples))
         return Batch(self.version, samples, kept, temperature, stats)
-
-    def _trained_mask(self, traj: Trajectory) -> list[int]:
-        """Which of the trajectory's tokens a batch made now trains (rollout.staleness_unit)."""
-        if self.cfg.staleness_unit == "trajectory":
-            return list(traj.loss_mask)
-        return stale_token_mask(traj.loss_mask, traj.versions, self.version, self.cfg.max_staleness)
-
-    def _is_stale(self, traj: Trajectory) -> bool:
-        """Dropped whole: under `trajectory` its oldest generated token is past the bound; under
-        `token` every generated token is (one that generated nothing: its admission version is)."""
-        if self.cfg.staleness_unit == "token" and traj.num_generated:
-            return not any(self._trained_mask(traj))
-        return self.version - traj.oldest_version > self.cfg.max_staleness
-
-    def _trained_samples(self, traj: Trajectory, advantage: float) -> list[TrainSample]:
-        """The trajectory's samples with stale tokens masked (rollout.staleness_unit=token); a
-        segment left with no trained token is not sent (it would only cost a forward pass, and
-        dilute trainer.loss_aggregation=seq_mean's per-sequence mean)."""
-        samples = traj.samples(advantage)
-        if self.cfg.staleness_unit == "trajectory":
-            return samples
-        out = []
-        for sample in samples:
-            mask = stale_token_mask(sample.loss_mask, sample.versions, self.version, self.cfg.max_staleness)
-            if any(sample.loss_mask) and not any(mask):
-                continue
-            out.append(replace(sample, loss_mask=mask))
-        return out
 
     def _learning_stats(self, samples: list[TrainSample]) -> dict:
         """What tells a user whether RL is learning (see README, "Is it learning?")."""
