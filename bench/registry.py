@@ -210,7 +210,8 @@ def _machine() -> str:
 # The figures scripts read from each result, shown in the table's last column.
 KEY_FIGURES = {
     "async_vs_sync": ("ratio_async_over_sync", "ideal_ratio_over_sync", "efficiency_async_over_ideal",
-                      "efficiency_heavy_tail_age", "efficiency_heavy_tail_fifo",
+                      "efficiency_heavy_tail_age", "efficiency_heavy_tail_fifo", "efficiency_heavy_tail_token",
+                      "trainer_idle_fraction_heavy_tail_token", "efficiency_reference_token",
                       "trainer_idle_fraction_async", "trainer_idle_fraction_sync"),
     "sandbox_start": ("warm_p50_s", "cold_p50_s", "docker_warm_p50_s", "docker_cold_p50_s", "docker_cold_p50_s_c64"),
     "turn_overhead": ("median_s",),

@@ -2,7 +2,8 @@
 around a simulated engine (engine.backend=sim) and trainer (trainer.backend=sim), sync against
 async at several staleness bounds, next to the ideal bound each workload allows. The async runs
 are straggler-first (engine.priority=age); at the headline bound each workload also runs fifo
-(the default), side by side.
+(the default), and with the bound counted per token (rollout.staleness_unit=token: no batch waits
+for a straggler, its stale tokens are masked instead), side by side.
 
 The ideal bound is what a perfect pipeline reaches: the lesser of engine capacity (max batch
 over the time of a full decode step) divided by the workload's mean generated tokens per
@@ -48,7 +49,7 @@ WINDOW_STEPS = {"sync": 1, "async": 2}
 
 
 def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turns: int, run_dir: str,
-                 name: str, windows: int, priority: str = "age") -> Config:
+                 name: str, windows: int, priority: str = "age", unit: str = "trajectory") -> Config:
     engine = replace(bench_engine(cfg, workload), priority=priority)
     sim = engine.sim
     bound = ideal_bound(engine, GROUPS * GROUP_SIZE, MAX_TURNS)  # the calibration uses the capped workload
@@ -58,7 +59,7 @@ def bench_config(cfg: Config, workload: str, mode: str, staleness: int, max_turn
         engine=engine,
         trainer=replace(cfg.trainer, backend="sim", num_shards=1, sim_step_s=bound["ideal_rollout_s_per_batch"],
                         total_steps=WARMUP_STEPS[mode] + windows * WINDOW_STEPS[mode], checkpoint_interval=0, kl_coef=0.0),
-        rollout=replace(cfg.rollout, mode=mode, max_staleness=staleness, group_size=GROUP_SIZE,
+        rollout=replace(cfg.rollout, mode=mode, max_staleness=staleness, staleness_unit=unit, group_size=GROUP_SIZE,
                         groups_per_batch=GROUPS, num_episode_actors=MAX_BATCH + EXTRA_EPISODE_ACTORS,
                         max_turns=max_turns, max_tokens_per_turn=sim.tokens_per_turn_max, max_total_tokens=65536,
                         drop_uniform_groups=False, poll_interval_s=0.02, shutdown_grace_s=0.0),
@@ -101,7 +102,7 @@ def measure(cfg: Config) -> dict:
     capacity = capacity_tokens_per_s(cfg.engine)
     windows = [_window(rows[i - 1], rows[i:i + size], capacity) for i in range(warm, len(rows) - size + 1, size)]
     return {**_window(rows[warm - 1], rows[warm:], capacity), "dropped_stale": rows[-1]["dropped_stale"],
-            "windows": windows}
+            "admitted": rows[-1]["admitted"], "windows": windows}
 
 
 def _window(before: dict, rows: list[dict], capacity_tokens_per_s: float) -> dict:
@@ -119,7 +120,14 @@ def _window(before: dict, rows: list[dict], capacity_tokens_per_s: float) -> dic
         "staleness_mean": statistics.fmean(r["staleness_mean"] for r in rows),
         "turns_mean": statistics.fmean(r["turns_mean"] for r in rows),
         "tokens_mean": statistics.fmean(r["tokens_mean"] for r in rows),
+        "stale_token_fraction": statistics.fmean(r["stale_token_fraction"] or 0.0 for r in rows),
+        "behavior_kl": _mean_known(r.get("behavior_kl") for r in rows),
     }
+
+
+def _mean_known(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def async_vs_sync(cfg: Config, repetitions: int) -> dict:
@@ -138,6 +146,10 @@ def async_vs_sync(cfg: Config, repetitions: int) -> dict:
         modes[f"async{HEADLINE_STALENESS}-fifo"] = measure(bench_config(
             cfg, workload, "async", HEADLINE_STALENESS, MAX_TURNS, str(work), f"{workload}-async{HEADLINE_STALENESS}-fifo",
             repetitions, priority="fifo"))
+        # The bound counted per token: nothing waits for a straggler, its stale tokens are masked.
+        modes[f"async{HEADLINE_STALENESS}-token"] = measure(bench_config(
+            cfg, workload, "async", HEADLINE_STALENESS, MAX_TURNS, str(work), f"{workload}-async{HEADLINE_STALENESS}-token",
+            repetitions, unit="token"))
         bound = ideal_bound(bench_engine(cfg, workload), GROUPS * GROUP_SIZE, MAX_TURNS)
         for m in modes.values():
             m["fraction_of_ideal"] = m["traj_per_h"] / bound["engine_traj_per_h"]
@@ -154,6 +166,10 @@ def async_vs_sync(cfg: Config, repetitions: int) -> dict:
                            "trainer_idle_fraction": w["modes"][m]["trainer_idle_fraction"]}
                        for p, m in (("age", head), ("fifo", f"{head}-fifo"))} for name, w in workloads.items()}
     idle_max = max(w["modes"][head]["trainer_idle_fraction"] for w in workloads.values())
+    # rollout.staleness_unit side by side at the headline bound (both straggler-first).
+    unit = {name: {u: {k: w["modes"][m][k] for k in ("fraction_of_ideal", "trainer_idle_fraction",
+                                                     "stale_token_fraction", "dropped_stale", "admitted")}
+                   for u, m in (("trajectory", head), ("token", f"{head}-token"))} for name, w in workloads.items()}
     return {
         "figure": f"reference workload: async (staleness {HEADLINE_STALENESS}) / sync trajectories per hour",
         "ratio": ratio, "baseline": ref["modes"]["sync"]["traj_per_h"], "bound": ref["ideal_ratio_over_sync"],
@@ -170,6 +186,9 @@ def async_vs_sync(cfg: Config, repetitions: int) -> dict:
         # engine.priority side by side at the headline staleness: age (straggler-first) vs fifo.
         "priority": priority,
         **{f"efficiency_heavy_tail_{p}": priority["heavy_tail"][p]["fraction_of_ideal"] for p in ("age", "fifo")},
+        "staleness_unit": unit,
+        **{f"{figure}_{name}_token": unit[name]["token"][key] for name in unit
+           for figure, key in (("efficiency", "fraction_of_ideal"), ("trainer_idle_fraction", "trainer_idle_fraction"))},
         "length_cap": {"turn_cap": MAX_TURNS, "uncapped_turn_cap": UNCAPPED_TURNS,
                        "sync_step_s_capped": ref["modes"]["sync"]["step_time_s"],
                        "sync_step_s_uncapped": uncapped["step_time_s"],

@@ -21,6 +21,9 @@ def test_the_ideal_bound_is_the_engine_at_full_batch_and_the_trainer_is_calibrat
     assert GROUPS * GROUP_SIZE / cfg.trainer.sim_step_s * 3600 == pytest.approx(bound["engine_traj_per_h"])
     heavy = bench_config(tiny_cfg, "heavy_tail", "async", 2, MAX_TURNS, str(tmp_path), "h", windows=1)
     assert heavy.trainer.sim_step_s > cfg.trainer.sim_step_s  # longer trajectories, longer ideal rollout
+    token = bench_config(tiny_cfg, "heavy_tail", "async", 2, MAX_TURNS, str(tmp_path), "t", windows=1, unit="token")
+    assert (token.rollout.staleness_unit, heavy.rollout.staleness_unit) == ("token", "trajectory")
+    assert token.trainer.sim_step_s == heavy.trainer.sim_step_s  # the same calibration: only the unit differs
 
 
 def test_one_run_with_the_real_driver_reports_its_windows(ray_session, tiny_cfg, tmp_path):
