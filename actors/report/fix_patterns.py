@@ -18,7 +18,9 @@ from typing import Iterable, Mapping, Optional
 HINT = re.compile(r"Probably `(?P<old>[^`]*)` should be `(?P<new>[^`]*)`")
 # The line-addressed substitution the expert traces teach: sed -i 'Ns/old/new/' FILE.
 SED = re.compile(r"sed -i '(?:\d+)?s/(?P<old>[^/']*)/(?P<new>[^/']*)/'")
-BASH = re.compile(r"```bash\n(?P<cmd>.*?)\n```", re.S)
+# A fenced command: ```bash (SWE-v0's replies) or a harness's own tag, e.g. mini-swe-agent's text
+# configuration's ```mswea_bash_command.
+BASH = re.compile(r"```[\w-]*bash[\w-]*[ \t]*\n(?P<cmd>.*?)\n```", re.S)
 
 KINDS = ("copies the hint", "hint's old text, other new text", "hint's shape, other names",
          "other edit", "no sed edit")

@@ -63,3 +63,12 @@ def test_harness_replies_with_tool_calls_or_no_content_are_read_not_a_crash():
                      "function": {"name": "bash", "arguments": "{\"command\": \"sed -i '3s/x - 1)/x)/' mod.py\"}"}}]}]
     assert first_edit_kind(messages) == "copies the hint"
     assert first_edit_kind(messages[:2] + [{"role": "assistant", "content": None}]) == "no sed edit"
+
+
+def test_a_harness_s_own_fence_is_read_as_its_command():
+    """mini-swe-agent's text configuration fences its commands as ```mswea_bash_command."""
+    messages = conversation()
+    messages.append({"role": "assistant", "content": "THOUGHT: fix it.\n\n```mswea_bash_command\nsed -i '3s/x - 1)/x)/' mod.py\n```"})
+    assert first_edit_kind(messages) == "copies the hint"
+    messages[-1] = {"role": "assistant", "content": "```python\nsed -i '3s/x - 1)/x)/' mod.py\n```"}
+    assert first_edit_kind(messages) == "no sed edit"  # not a shell command block
