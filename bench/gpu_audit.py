@@ -46,7 +46,13 @@ class ImageFinder:
             return False  # our own packages, the standard library, or nothing installed under that name
         if any(_normalized(d) in self.allowed for d in dists):
             return False
-        return any(importer.startswith(d) for d in self.audited_dirs)
+        return any(importer.startswith(d) and not self._installed_under_repo(importer, d) for d in self.audited_dirs)
+
+    @staticmethod
+    def _installed_under_repo(importer: str, audited: str) -> bool:
+        """A third-party file in a venv that lies inside the repository (a fresh clone's `.venv`):
+        not our code, even though its path starts with the repository's."""
+        return audited == str(ROOT) + os.sep and importer.startswith(sys.prefix + os.sep)
 
     def find_spec(self, fullname, path=None, target=None):
         if "." in fullname:
