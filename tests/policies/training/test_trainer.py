@@ -163,12 +163,17 @@ def test_lr_warms_up_linearly_by_version(model_path):
     assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
 
 
+def own_logprobs(trainer: Trainer, ids: list[int]) -> list[float]:
+    """The trainer's own log-probs of `ids`: behaviour log-probs are made as offsets from these."""
+    with torch.no_grad():
+        return sequence_logprobs(trainer.backend.model, torch.tensor([ids]),
+                                 torch.ones(1, len(ids), dtype=torch.long))[0].tolist()
+
+
 def test_mismatch_compares_only_tokens_sampled_at_the_trainers_version(model_path):
     trainer = Trainer(TrainerConfig(lr=1e-3), model_path)
     ids = [1, 5, 9, 12, 7]
-    with torch.no_grad():
-        own = sequence_logprobs(trainer.backend.model, torch.tensor([ids]),
-                                torch.ones(1, 5, dtype=torch.long))[0].tolist()
+    own = own_logprobs(trainer, ids)
     behavior = [own[0], own[1], own[2] - 0.5, own[3] - 0.5, own[4] + 3.0]
     sample = TrainSample(ids, [0, 0, 1, 1, 1], behavior, 1.0, versions=[-1, -1, 0, 0, 7])
     stats = trainer.train_step([sample], 1.0, 3)
@@ -184,9 +189,7 @@ def test_behavior_kl_is_the_k3_mean_over_the_tokens_trained(model_path):
 
     trainer = Trainer(TrainerConfig(lr=1e-3), model_path)
     ids = [1, 5, 9, 12, 7]
-    with torch.no_grad():
-        own = sequence_logprobs(trainer.backend.model, torch.tensor([ids]),
-                                torch.ones(1, 5, dtype=torch.long))[0].tolist()
+    own = own_logprobs(trainer, ids)
     # Token 4 was generated but masked as stale; its behaviour log-prob is far off and must not count.
     behavior = [0.0, 0.0, own[2] - 0.5, own[3] + 0.25, own[4] - 5.0]
     sample = TrainSample(ids, [0, 0, 1, 1, 0], behavior, 1.0, versions=[-1, -1, 3, 4, 1])
