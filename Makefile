@@ -148,11 +148,14 @@ chromium: | debian
 SUITE_SETUP = @$(MAKE) --no-print-directory -j 4 --output-sync=target DEBIAN='$(DEBIAN)' setup sglang-side harbor docker chromium
 SUITE_ENV = SWERVE_SGLANG_DIR='$(SGLANG_SIDE)' SWERVE_MINI_SWE_AGENT_DIR='$(MINI_SWE_AGENT_DIR)' SWERVE_HARBOR_DIR='$(HARBOR_DIR)'
 
+# Two pytest-xdist workers: the slow tests mostly wait (on Ray's start, a child process, a deadline),
+# so two at once fill the two cores (tests/conftest.py keeps the Docker tests on one worker).
+TEST_WORKERS ?= 2
 test: DEBIAN := $(DEBIAN_TEST)
 test: suite-clock debian
 	$(SUITE_SETUP)
 	$(SUITE_ENV) SWERVE_SUITE_START=$(SUITE_START) SWERVE_SETUP_TIMES=$(SETUP_TIMES) SWERVE_TEST_TIMES=$(TEST_REPORT)/tests.json \
-		$(PY) -m pytest -q -p no:cacheprovider -m "not check" tests
+		$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not check" tests
 
 # The second tier: the rest of the catalogues and the soak runs that do not fit make test's budget
 # (docs/contracts.md lists each with its reason); each check's result lands in BENCHMARKS.md. One

@@ -101,6 +101,8 @@ def _fast_tier_summary(reporter, tests: list[dict]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if hasattr(config, "workerinput"):
+        return  # a pytest-xdist worker: the controller holds every worker's reports and writes the table
     markexpr = config.getoption("markexpr") or ""
     start = os.environ.get("SWERVE_SUITE_START")
     table = report(list(_tests.values()), time.time() - _started["wall"], float(start) if start else None,
