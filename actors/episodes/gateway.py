@@ -35,8 +35,10 @@ from typing import Optional
 
 from aiohttp import web
 
+# Re-exported: what the gateway serves lives apart, so that episode actors without one skip aiohttp.
+from actors.episodes.gateway_spec import POLICY_MODEL_ID, GatewaySpec  # noqa: F401
 from configs.schema import DeadlinesConfig
-from envs.sandboxes.gateway_route import make_connectable
+from envs.sandboxes.gateway_route import make_connectable, unix_path
 from policies.server.wire_http import note_error, note_usage, request_log_level, stream_sse, wire_middleware
 
 from policies.chat.openai_wire import (ChatRequest, OpenAIError, model_not_found_error, model_object, models_body,
@@ -45,24 +47,8 @@ from policies.chat.openai_wire import (ChatRequest, OpenAIError, model_not_found
 log = logging.getLogger(__name__)
 
 SESSIONS = "/sessions/{sid}/v1"
-# The id /models reports and replies carry; a harness may name the model anything.
-POLICY_MODEL_ID = "swerve-policy"
 # Each request's log line: at debug, as an episode actor serves many (Python logging shows them when asked).
 REQUEST_LOG_LEVEL = "debug"
-
-
-@dataclass(frozen=True)
-class GatewaySpec:
-    """What an episode actor's gateway serves, from the run's config."""
-    max_model_len: int
-    request_deadline_s: float
-    step_s: float = DeadlinesConfig.gateway_step_s
-
-    @classmethod
-    def from_config(cls, cfg) -> "GatewaySpec":
-        """cfg: the run's configs.schema.Config; the context is the engine's and the rollout's bound."""
-        return cls(min(cfg.engine.max_context_tokens, cfg.rollout.max_total_tokens), cfg.deadlines.gateway_request_s,
-                   cfg.deadlines.gateway_step_s)
 
 
 @dataclass
@@ -153,7 +139,8 @@ class Gateway:
         for gone in [p for p in self._unix_sites if p != path and not os.path.exists(p)]:
             self._run(self._unix_sites.pop(gone).stop())
         if path not in self._unix_sites:
-            self._unix_sites[path] = self._run(self._site(lambda runner: web.UnixSite(runner, path)))
+            with unix_path(Path(path)) as bindable:
+                self._unix_sites[path] = self._run(self._site(lambda runner: web.UnixSite(runner, bindable)))
             make_connectable(Path(path))
         return path
 

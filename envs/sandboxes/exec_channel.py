@@ -6,6 +6,7 @@ server per lease pays it once, and each command is then one fork in the jail.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -120,8 +121,11 @@ class ExecServer:
             if not self._exited_within(STOP_GRACE_S):
                 _kill(-self._proc.pid)
         self._proc.wait()
-        for pipe in (self._proc.stdin, self._proc.stdout):
-            pipe.close()
+        # A request the server died before reading stays in stdin's buffer, and close() would flush
+        # it into the dead pipe: the bytes have no reader left, so the BrokenPipeError says nothing.
+        with contextlib.suppress(BrokenPipeError):
+            self._proc.stdin.close()
+        self._proc.stdout.close()
         self._close_files()
 
     def _exited_within(self, timeout_s: float) -> bool:

@@ -36,12 +36,13 @@ socket's own permissive mode opens it to the sandbox and nobody else.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import os
 import posixpath
 import shlex
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional
 
 from envs.sandboxes.sandbox import ExecResult, RoutedSandbox
 
@@ -82,6 +83,26 @@ def socket_path_for(sandbox: RoutedSandbox) -> Optional[Path]:
                         "backend is missing (envs/sandboxes/sandbox.py RoutedSandbox)")
     directory = sandbox.gateway_dir()
     return None if directory is None else directory / GATEWAY_SOCKET_NAME
+
+
+# sockaddr_un's sun_path: a socket's path, its final NUL included, fits in 108 bytes.
+UNIX_PATH_MAX = 108
+
+
+@contextlib.contextmanager
+def unix_path(socket_path: Path) -> Iterator[str]:
+    """A name for `socket_path` that bind() and connect() take however deep its folder is (a lease
+    under a long sandbox.workdir_root, a test's temporary folder): the path itself when it fits,
+    else its folder reached through a descriptor held open for the block (/proc/self/fd/N/name).
+    The socket file is made in the real folder, so the sandbox sees it at GATEWAY_SOCKET."""
+    if len(os.fsencode(socket_path)) < UNIX_PATH_MAX:
+        yield str(socket_path)
+        return
+    folder = os.open(socket_path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{folder}/{socket_path.name}"
+    finally:
+        os.close(folder)
 
 
 def make_connectable(socket_path: Path) -> None:

@@ -77,8 +77,13 @@ def test_a_daemon_holding_the_output_open_ends_with_its_command(jailed):
     assert jailed.exec("ps -e -o comm= | grep -c sleep").output.strip() == "0"
 
 
-def test_a_crashed_server_is_a_sandbox_infra_error_and_is_restarted(jailed):
+@pytest.mark.parametrize("jail_gone_first", [False, True])
+def test_a_crashed_server_is_a_sandbox_infra_error_and_is_restarted(jailed, jail_gone_first):
+    """Killed while the next request is written, or long before (its pipe already closed: the request
+    stays unflushed, and closing the pipe once raised BrokenPipeError instead of the infra error)."""
     os.kill(_jail_init_pid(jailed), signal.SIGKILL)
+    if jail_gone_first:
+        jailed._server._proc.wait(timeout=10)
     with pytest.raises(InfraError) as raised:
         jailed.exec("echo hi")
     assert raised.value.source == InfraSource.SANDBOX and "exec server is gone" in str(raised.value)

@@ -21,7 +21,7 @@ from configs.schema import SandboxConfig
 from envs.sandboxes.docker_sandbox import DockerSandbox
 from envs.sandboxes.e2b_sandbox import E2BSandbox
 from envs.sandboxes.gateway_route import (GATEWAY_SOCKET, JAIL_PORT, ROUTE_FAILED_EXIT, ROUTE_FAILED_MARK, harness_script,
-                                make_connectable, route_failed, socket_path_for)
+                                make_connectable, route_failed, socket_path_for, unix_path)
 from envs.sandboxes.sandbox import ExecResult
 from envs.sandboxes.local_sandbox import LocalSandbox
 
@@ -85,7 +85,8 @@ def serve_gateway():
     servers = []
 
     def serve(path, name):
-        server = UnixHTTPServer(str(path), Handler)
+        with unix_path(path) as bindable:
+            server = UnixHTTPServer(bindable, Handler)
         server.state = {"name": name, "release": threading.Event(), "barrier": threading.Barrier(CONCURRENT, timeout=30)}
         make_connectable(path)
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -339,3 +340,29 @@ def test_a_container_harness_reaches_its_own_gateway_and_nothing_else(docker_ima
     with pytest.raises(ValueError, match=r"sandbox\.ro_binds: .*does not exist"):
         DockerSandbox(SandboxConfig(backend="docker", ro_binds=[str(tmp_path / "absent")])).start(
             task_by_id["textkit-001"])
+
+
+def test_a_socket_deeper_than_af_unix_allows_is_bound_and_reached_through_its_folder(tmp_path):
+    """A lease under a long sandbox.workdir_root: its socket's path is over sun_path's 108 bytes, and
+    binding it directly fails; through unix_path the socket is made in the real folder all the same."""
+    deep = tmp_path.joinpath(*["a-long-folder-name"] * 8)
+    deep.mkdir(parents=True)
+    path = deep / "gateway.sock"
+    assert len(str(path)) > 108
+    with pytest.raises(OSError, match="too long"):
+        socket.socket(socket.AF_UNIX).bind(str(path))
+    listener = socket.socket(socket.AF_UNIX)
+    with unix_path(path) as bindable:
+        listener.bind(bindable)
+    listener.listen(1)
+    assert path.is_socket()
+    with unix_path(path) as reachable, socket.socket(socket.AF_UNIX) as client:
+        client.connect(reachable)
+        peer, _ = listener.accept()
+        client.sendall(b"ping")
+        assert peer.recv(4) == b"ping"
+    peer.close()
+    listener.close()
+    short = tmp_path / "s.sock"
+    with unix_path(short) as same:
+        assert same == str(short)  # a path that fits is used as it is
