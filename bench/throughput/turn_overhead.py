@@ -3,9 +3,10 @@
 One episode runs the real path, episode -> router -> engine actor -> sandbox actor and back,
 against a zero-work engine (engine.backend=sim with no decode time) and a no-op command
 (`true`). The per-turn cost is the difference between episodes of 2 and 2 + EXTRA_TURNS turns
-over EXTRA_TURNS, so the sandbox start and the end-of-episode patch capture cancel out. Beside
-it, the parts: a warm Ray actor call (the baseline), one zero-work generate through the router,
-one `exec` through the sandbox actor, and the same command run by LocalSandbox in-process.
+(the fastest of EPISODES_PER_LENGTH each) over EXTRA_TURNS, so the sandbox start and the
+end-of-episode patch capture cancel out. Beside it, the parts: a warm Ray actor call (the
+baseline), one zero-work generate through the router, one `exec` through the sandbox actor, and
+the same command run by LocalSandbox in-process.
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from dataclasses import replace
 from configs import Config
 
 EXTRA_TURNS = 20
+# Episodes of each length per repetition, the fastest kept: a turn's cost is a difference of two
+# episodes' walls, and one sample each went negative once on a loaded machine (other work only adds).
+EPISODES_PER_LENGTH = 3
 CALLS = 50  # per part, per repetition
 
 
@@ -64,15 +68,17 @@ def turn_overhead(cfg: Config, repetitions: int) -> dict:
         lease.start(task)
         local.start(task)
         for rep in range(repetitions):
-            episode_s = {}
-            for turns, episode in episodes.items():
-                work = WorkItem(task, task.id, rep, 0, 0, 0, seed=rep)
-                started = time.perf_counter()
-                traj = episode.run_episode(work)
-                episode_s[turns] = time.perf_counter() - started
-                if traj.turns != turns or traj.is_infra_error:
-                    raise RuntimeError(f"the benchmark episode ended after {traj.turns} of {turns} turns "
-                                       f"({traj.outcome}: {traj.error})")
+            episode_s = {turns: [] for turns in episodes}
+            for sample in range(EPISODES_PER_LENGTH):  # interleaved: a busy moment touches both lengths
+                for turns, episode in episodes.items():
+                    work = WorkItem(task, task.id, rep, sample, 0, 0, seed=rep)
+                    started = time.perf_counter()
+                    traj = episode.run_episode(work)
+                    episode_s[turns].append(time.perf_counter() - started)
+                    if traj.turns != turns or traj.is_infra_error:
+                        raise RuntimeError(f"the benchmark episode ended after {traj.turns} of {turns} turns "
+                                           f"({traj.outcome}: {traj.error})")
+            episode_s = {turns: min(times) for turns, times in episode_s.items()}
             runs.append({
                 "turn_s": (episode_s[2 + EXTRA_TURNS] - episode_s[2]) / EXTRA_TURNS,
                 "ray_call_s": _median_call_s(lambda: ray.get(engine.ping.remote(1.0))),

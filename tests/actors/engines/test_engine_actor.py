@@ -127,11 +127,17 @@ def test_one_runaway_request_cannot_starve_the_others(engine):
 
 
 def test_kv_use_is_reported_with_a_peak(engine):
+    """The server's KV use is sampled every STATS_INTERVAL_S, so a burst shorter than a sample can pass
+    unseen on a loaded machine (once, with the suite on two workers): bursts repeat until one is seen."""
     engine.stats(reset_peak=True)
-    run_concurrently(engine, [SampleRequest([1, 2, 3], 120, seed=i) for i in range(4)])
-    time.sleep(engine_actor.STATS_INTERVAL_S * 2)
-    stats = engine.stats(reset_peak=True)
+    for _ in range(5):
+        run_concurrently(engine, [SampleRequest([1, 2, 3], 120, seed=i) for i in range(4)])
+        time.sleep(engine_actor.STATS_INTERVAL_S * 2)
+        stats = engine.stats()
+        if stats["kv_usage_peak"] > 0:
+            break
     assert 0 < stats["kv_usage_peak"] <= 1 and stats["kv_usage"] <= stats["kv_usage_peak"]
+    assert engine.stats(reset_peak=True)["kv_usage_peak"] >= stats["kv_usage_peak"]  # a reset reports, then restarts, the peak
 
 
 def test_abort_returns_the_partial_output(engine):
