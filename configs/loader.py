@@ -1,17 +1,21 @@
-"""Build a validated `Config` from the dataclass defaults, one YAML file and `key=value` overrides."""
+"""Build a validated `Config` from the dataclass defaults, one YAML file and `key=value` overrides.
+
+omegaconf and yaml are imported by the functions that use them: `configs` is imported by every
+process that only receives a config (an episode actor and its sandbox actor per concurrent episode),
+which loads none and would pay those imports' megabytes once per process.
+"""
 from __future__ import annotations
 
 import difflib
 import typing
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import Iterable
-
-import yaml
-from omegaconf import DictConfig, Node, OmegaConf
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+from typing import TYPE_CHECKING, Iterable
 
 from configs.schema import Config
+
+if TYPE_CHECKING:
+    from omegaconf.errors import ValidationError
 
 # The agent-harness env, whose timeouts must nest (_check_harness_timeouts).
 HARNESS_ENV_ID = "swerve/Harness-v0"
@@ -77,6 +81,8 @@ def _describe(hint) -> str:
 
 
 def _type_error(err: ValidationError) -> ConfigError:
+    from omegaconf import Node, OmegaConf
+
     key = str(err.full_key)
     value = err.value
     if OmegaConf.is_config(value):
@@ -101,6 +107,9 @@ def _unknown_key_error(key: str) -> ConfigError:
 def _yaml_layers(path: str, seen: tuple = ()) -> list:
     """The file's overrides, after those of the file its top-level `base:` names (relative to it),
     so a recipe states only how it differs from another."""
+    import yaml
+    from omegaconf import DictConfig, OmegaConf
+
     if not Path(path).is_file():
         raise ConfigError(f"config file '{path}' does not exist (pass --config PATH to a YAML file)")
     resolved = str(Path(path).resolve())
@@ -122,6 +131,9 @@ def _yaml_layers(path: str, seen: tuple = ()) -> list:
 
 
 def load_config(path: str | None = None, overrides: Iterable[str] = ()) -> Config:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
     base = OmegaConf.structured(Config)
     layers = _yaml_layers(path) if path else []
     dotlist = list(overrides)
@@ -144,6 +156,8 @@ def load_config(path: str | None = None, overrides: Iterable[str] = ()) -> Confi
 
 
 def _check_keys(layer, prefix: str = "") -> None:
+    from omegaconf import OmegaConf
+
     known = set(all_keys())
     for key, value in layer.items():
         full = f"{prefix}{key}"
@@ -249,4 +263,6 @@ def _check_harness_timeouts(cfg: Config) -> None:
 
 
 def to_yaml(cfg: Config) -> str:
+    from omegaconf import OmegaConf
+
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))

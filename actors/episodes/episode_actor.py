@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from actors.episodes.faults import FaultPlan
-from actors.episodes.gateway import POLICY_MODEL_ID, Gateway, GatewaySpec
+from actors.episodes.gateway_spec import POLICY_MODEL_ID, GatewaySpec
 from actors.episodes.harness_player import HarnessPlayer
 from actors.episodes.trajectory import STOP, Trajectory, WorkItem, oldest_version
 from configs.schema import EnvConfig, RolloutConfig, SandboxConfig
@@ -23,6 +23,9 @@ from policies.chat.conversation import Conversation
 from policies.sample_types import SampleRequest, age_priority
 from policies.seeds import derive_seed
 from policies.chat.chat_tokenizer import IM_END, load_chat_tokenizer
+
+if TYPE_CHECKING:
+    from actors.episodes.gateway import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +135,10 @@ class EpisodeActor:
         if gateway is None:
             raise ValueError(f"env {self.env_cfg.id} needs a session gateway: build the episode actor with gateway="
                              "GatewaySpec.from_config(cfg) (actors/fleet/launch.py does)")
+        # Imported here: only a harness episode serves HTTP, and aiohttp costs every other episode
+        # actor's process megabytes (one such process per concurrent episode).
+        from actors.episodes.gateway import Gateway
+
         player = HarnessPlayer(self.tokenizer, self.env_cfg.harness, self.cfg, POLICY_MODEL_ID, gateway.max_model_len)
         return player, Gateway(POLICY_MODEL_ID, gateway.max_model_len, gateway.request_deadline_s, gateway.step_s)
 

@@ -1,9 +1,17 @@
 """EpisodeActor without Ray: a real engine, the real SWE env and a real local sandbox."""
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from actors.engines.engine_actor import EngineActor
 from actors.engines.engine_router import EngineRouter, local_call
 from actors.episodes.episode_actor import EpisodeActor
+from actors.episodes.gateway import GatewaySpec
+from actors.fleet.remote import SandboxLease
 from actors.training.sample_collector import SampleCollector
 from actors.episodes.trajectory import WorkItem
 from configs.schema import EngineConfig, EnvConfig, RolloutConfig, SandboxConfig
@@ -11,6 +19,8 @@ from envs.sandboxes.local_sandbox import LocalSandbox
 from envs.tasks.loaders import load_tasks
 
 pytestmark = pytest.mark.slow  # an engine server process
+
+REPO = Path(__file__).resolve().parents[3]  # this checkout, wherever it was cloned
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +126,18 @@ def test_a_failing_work_source_makes_the_loop_ask_again_not_crash(engine, tokeni
     actor = make_actor(engine, tokenizer_path, LocalSandbox(SandboxConfig()), collector=source,
                        poll_interval_s=0.01)
     assert actor.run()["episodes"] == 0 and source.calls == 2
+
+
+
+def test_the_episode_actor_and_its_arguments_import_no_loader_or_http_server():
+    """One episode actor process per concurrent episode: aiohttp (only a harness episode's gateway
+    serves HTTP) and the config loader (omegaconf) would be megabytes in each."""
+    # What the actor's process loads: its class's module, and its arguments as actors/fleet/launch.py
+    # passes them (unpickled there; the router and work source are modules of handles).
+    arguments = pickle.dumps((GatewaySpec(1024, 60.0), SandboxLease(0, SandboxConfig(), "ns"), EnvConfig()))
+    code = ("import json, pickle, sys; import actors.episodes.episode_actor; "
+            "import actors.cluster.roles, actors.engines.engine_router; pickle.loads(sys.stdin.buffer.read()); "
+            "print(json.dumps(sorted(n for n in ('aiohttp', 'omegaconf', 'torch') if n in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, input=arguments, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout) == []
