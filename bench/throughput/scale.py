@@ -2,21 +2,28 @@
 
 Each level starts a run's fleet (actors.fleet.launch, as the driver does) with N episode actors, each
 with its own sandbox actor, against one simulated engine (engine.backend=sim, batch N) and no
-admission limit, and waits until all N episodes are in flight at once (the collector's books),
-then ends the fleet. A level runs only if the memory it is projected to need fits, and is ended
-early if the machine runs short. Memory per concurrent episode is the marginal cost between
-levels (fixed costs such as the engine, trainer and Ray itself cancel). The collector's
-absorption rate is measured apart: completions per second it takes in, in its own process (its
-logic) and as a Ray actor fed by several client processes (what a run sees), beside Ray's own
-floor for the same calls (an actor that only hands back a work item, one completion per call
-and BATCH per call) and the reference run's rate.
+admission limit, and waits until all N episodes are in flight at once (the collector's books) with
+all N sandbox actors up (an episode creates its sandbox actor on its first start, seconds after it
+took its work; counted by process when this process started the level's Ray), then ends the fleet.
+A level runs only if the memory it is projected to need fits, and is ended early if the machine runs
+short. Memory per concurrent episode is the marginal cost between levels (fixed costs such as the
+engine, trainer and Ray itself cancel); where it goes is read once all N are in flight, by kind of
+process (bench/throughput/process_memory.py: the episode actors, the sandbox actors, what each runs,
+Ray's own daemons), when the level's Ray was started by this process (its processes descend from it).
+The collector's absorption rate is measured apart: completions per second it takes in, in its own
+process (its logic) and as a Ray actor fed by several client processes (what a run sees), beside
+Ray's own floor for the same calls (an actor that only hands back a work item, one completion per
+call and BATCH per call) and the reference run's rate.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import replace
 
+from bench.throughput.process_cpu import RAY_SYSTEM
+from bench.throughput.process_memory import memory_by_kind, processes_by_kind
 from configs import Config
 from configs.schema import FaultsConfig
 
@@ -25,7 +32,10 @@ LEVELS = (16, 32, 96, 128)
 MACHINE_GB = 24  # the machine the issue sizes for: episodes it would hold at the measured cost
 MEMORY_HEADROOM = 0.9  # a level runs only if its projected memory fits in this share of what is available
 MEMORY_FLOOR_MB = 1500  # a level is ended when the machine's available memory falls below this
-LEVEL_TIMEOUT_S = 300.0
+SANDBOX_ACTORS = "sandbox actors"  # bench/throughput/process_cpu.py's kind of SandboxActor processes
+# The process kinds that each episode adds (its two actors and what they run), per episode of a level.
+EPISODE_KINDS = ("episode actors", "sandbox actors", "commands of episode actors", "commands of sandbox actors")
+LEVEL_TIMEOUT_S = 600.0  # 128 episodes start 256 Ray workers, about a CPU-second each, on 2 cores
 HOLD_S = 3.0  # all N must stay in flight this long
 TRAJECTORY_TOKENS = 600
 ABSORB_S = 3.0
@@ -79,7 +89,8 @@ def run_level(cfg: Config, model_path: str, tokenizer_path: str, tasks: list) ->
     before = available_mb()
     started = time.perf_counter()
     fleet = launch(cfg, model_path, tasks, with_trainers=False)
-    peak, lowest, held_since, outcome = 0, before, None, "timed out"
+    peak, lowest, held_since, outcome, by_kind = 0, before, None, "timed out", {}
+    peak_sandboxes = None  # stays None when the level's processes are not this process's descendants
     try:
         start_episodes(fleet, cfg, tokenizer_path)
         while time.perf_counter() - started < LEVEL_TIMEOUT_S:
@@ -88,17 +99,35 @@ def run_level(cfg: Config, model_path: str, tokenizer_path: str, tasks: list) ->
             if lowest < MEMORY_FLOOR_MB:
                 outcome = "ended: the machine ran short of memory"
                 break
-            held_since = (held_since or time.perf_counter()) if in_flight == n else None
+            sandboxes = _sandbox_actors()
+            if sandboxes is not None:
+                peak_sandboxes = max(peak_sandboxes or 0, sandboxes)
+            all_up = in_flight == n and (sandboxes is None or sandboxes >= n)
+            held_since = (held_since or time.perf_counter()) if all_up else None
             if held_since and time.perf_counter() - held_since >= HOLD_S:
-                outcome = "all in flight"
+                outcome, by_kind = "all in flight", memory_by_kind(os.getpid())
                 break
             time.sleep(0.5)
     finally:
         fleet.collector.stop()
         kill(fleet)
         _wait_for_memory_back(before)
-    return {"episodes": n, "peak_in_flight": peak, "memory_used_mb": before - lowest, "outcome": outcome,
-            "seconds": time.perf_counter() - started}
+    return {"episodes": n, "peak_in_flight": peak, "peak_sandbox_actors": peak_sandboxes,
+            "memory_used_mb": before - lowest, "outcome": outcome, "seconds": time.perf_counter() - started,
+            "memory_by_kind": by_kind}
+
+
+def _sandbox_actors():
+    """Sandbox actors alive now, or None when Ray's processes are not this process's descendants
+    (a cluster it joined: only the collector's books count then)."""
+    kinds = processes_by_kind(os.getpid())
+    return kinds.get(SANDBOX_ACTORS, 0) if RAY_SYSTEM in kinds else None
+
+
+def concurrent(level: dict) -> int:
+    """Episodes a level held at once: in flight, each with its sandbox actor up where counted."""
+    sandboxes = level["peak_sandbox_actors"]
+    return level["peak_in_flight"] if sandboxes is None else min(level["peak_in_flight"], sandboxes)
 
 
 def collector_absorption(seconds: float = ABSORB_S, clients: int = ABSORB_CLIENTS) -> dict:
@@ -160,8 +189,10 @@ def _feed(source, seconds: float, name: str, per_call: int = 1) -> int:
     for one completion, or for per_call of them (exchange_many)."""
     import ray
 
-    count, deadline = 0, time.perf_counter() + seconds
     items = ray.get([source.acquire.remote(name) for _ in range(PIPELINE)])
+    # The window starts once this client holds its work: a feeding process that started late (a
+    # Ray worker takes a second or more to start on a busy machine) still feeds for `seconds`.
+    count, deadline = 0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         if per_call == 1:
             items = ray.get([source.exchange.remote(_finished(item), name) for item in items])
@@ -189,7 +220,7 @@ def scale(cfg: Config, repetitions: int) -> dict:
             continue
         levels.append(run_level(level_config(cfg, n), model_path, tokenizer_path, tasks))
     absorb = [collector_absorption() for _ in range(repetitions)]
-    reached = max(level["peak_in_flight"] for level in levels)
+    reached = max(concurrent(level) for level in levels)
     per_episode_mb = _per_episode_mb(levels)
     rate = statistics.median(a["via_ray_per_s"] for a in absorb)
     return {
@@ -198,6 +229,7 @@ def scale(cfg: Config, repetitions: int) -> dict:
         "target": ">= 128 concurrent episodes on one node; collector >= 5000 completions/s",
         "met": reached >= 128 and rate >= 5000,
         "concurrent_episodes": reached, "memory_per_episode_mb": per_episode_mb,
+        "memory_per_episode_by_kind": per_episode_by_kind(levels[0]),
         "episodes_per_24gb_projected": MACHINE_GB * 1024 / per_episode_mb,
         "collector_completions_per_s": rate,
         "collector_in_process_per_s": statistics.median(a["in_process_per_s"] for a in absorb),
@@ -208,6 +240,15 @@ def scale(cfg: Config, repetitions: int) -> dict:
         "setup": {"levels_tried": LEVELS, "engine": "sim (1 engine, batch = episodes)", "sandbox": cfg.sandbox.backend,
                   "memory_total_mb": _meminfo_mb("MemTotal")},
     }
+
+
+def per_episode_by_kind(level: dict) -> dict:
+    """USS and PSS per episode (MB) of each kind an episode adds, at one level (empty when its
+    processes were not read: the level did not hold, or Ray was not started by this process)."""
+    n, by_kind = level["episodes"], level["memory_by_kind"]
+    return {kind: {"processes_per_episode": by_kind[kind]["processes"] / n, "uss_mb": by_kind[kind]["uss_mb"] / n,
+                   "pss_mb": by_kind[kind]["pss_mb"] / n, "anon_mb": by_kind[kind]["anon_mb"] / n}
+            for kind in EPISODE_KINDS if kind in by_kind}
 
 
 def _wait_for_memory_back(before_mb: float, timeout_s: float = 60.0) -> None:

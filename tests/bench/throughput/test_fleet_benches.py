@@ -25,6 +25,12 @@ def test_scale_holds_every_episode_in_flight_at_once(ray_session, tiny_cfg, monk
     run = result["absorption_runs"][0]
     assert run["ray_floor_per_s"] > 0 and run["ray_floor_batched_per_s"] > 0 and run["batch"] == bench_scale.BATCH
     assert result["levels"][1]["memory_used_mb"] > 0  # 4 episode and 4 sandbox actors cost memory
+    # The session's Ray descends from this process: the level waited for every sandbox actor too,
+    # and its memory is read by kind of process.
+    assert all(level["peak_sandbox_actors"] >= level["episodes"] for level in result["levels"])
+    by_kind = result["memory_per_episode_by_kind"]
+    assert by_kind["episode actors"]["uss_mb"] > 0 and by_kind["sandbox actors"]["uss_mb"] > 0
+    assert by_kind["episode actors"]["processes_per_episode"] >= 1
 
 
 def test_weight_sync_pushes_to_one_and_two_engines(ray_session, tiny_cfg):
