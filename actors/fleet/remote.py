@@ -20,6 +20,7 @@ from actors.episodes.episode_actor import EpisodeActor
 from actors.training.eval_queue import EvalQueue
 from actors.training.sample_collector import SampleCollector
 from actors.episodes.sandbox_actor import SandboxActor
+from actors.fleet.lean_worker import lean_runtime_env
 from policies.engines.process import SERVER_COMMANDS
 from policies.engines.sim_engine import SimEngine
 from configs.schema import DeadlinesConfig, EngineConfig, SandboxConfig
@@ -36,10 +37,11 @@ RemoteSimEngine = ray.remote(max_concurrency=256)(SimEngine)
 # A backend with a server (policies/engines/process.py SERVER_COMMANDS) runs it from an EngineActor.
 REMOTE_ENGINES = {**dict.fromkeys(SERVER_COMMANDS, RemoteEngine), "sim": RemoteSimEngine}
 check_backend_registry(REMOTE_ENGINES, "actors/fleet/remote.py REMOTE_ENGINES")
-RemoteEpisode = ray.remote(EpisodeActor)
+# One episode and one sandbox actor per concurrent episode: their workers start lean (lean_worker.py).
+RemoteEpisode = ray.remote(runtime_env=lean_runtime_env())(EpisodeActor)
 RemoteCollector = ray.remote(SampleCollector)
 RemoteEvalQueue = ray.remote(EvalQueue)
-RemoteSandbox = ray.remote(SandboxActor)
+RemoteSandbox = ray.remote(runtime_env=lean_runtime_env())(SandboxActor)
 
 
 @functools.cache
