@@ -222,22 +222,22 @@ class SampleCollector(WorkSource):
             self.groups_filtered += 1
 
     def _straggler_at_bound(self) -> bool:
-        """Pacing, not discarding: a batch moves the version on, after which work started at
-        version - max_staleness could only be dropped as stale (wasting its rollout and biasing
-        training towards short episodes). Such work, in flight or finished in a group that still
-        waits for a member, holds the next batch back instead. (Older work is stale already:
-        waiting would not save it.) Only under rollout.staleness_unit=trajectory: under `token` the
-        straggler keeps its newer tokens, so nothing waits for it."""
+        """Pacing, not discarding: a batch moves the version on, after which work the staleness
+        rule could still train may be dropped whole (wasting its rollout and biasing training
+        towards short episodes). Such work holds the next batch back instead: finished members of
+        a group that still waits for a member, and, under rollout.staleness_unit=trajectory, work
+        in flight that started at version - max_staleness (under `token` it keeps its newer tokens,
+        so nothing waits for it). Older work is stale already: waiting would not save it."""
         edge = self.version - self.cfg.max_staleness
-        if any(started == edge for _, started in self._handed_out.values()):
+        if self.staleness.waits_for_work_in_flight and any(started == edge for _, started in self._handed_out.values()):
             return True
-        return any(t.oldest_version == edge for g in self._groups.values() if not g.dead and not g.complete
-                   for t in g.members.values())
+        return any(self.staleness.lost_by_next_version(t, self.version) for g in self._groups.values()
+                   if not g.dead and not g.complete for t in g.members.values())
 
     def next_batch(self, temperature: float) -> Optional[Batch]:
         if self.cfg.drop_uniform_groups:
             self._filter_uniform()
-        if self.staleness.paces and self._straggler_at_bound():
+        if self._straggler_at_bound():
             return None
         ready = [g for g in self._groups.values() if g.complete]
         if len(ready) < self.cfg.groups_per_batch:

@@ -1,10 +1,14 @@
 """What a batch made at a policy version trains of a trajectory, by `rollout.staleness_unit`.
 
 Under `trajectory` a trajectory whose oldest generated token is more than `rollout.max_staleness`
-versions behind the batch is dropped whole (and the collector paces: a batch waits for work at that
-edge). Under `token` the batch never waits for a straggler: each generated token more than
+versions behind the batch is dropped whole. Under `token` each generated token more than
 max_staleness behind is masked out of the loss (it stays in the context), and a trajectory left
 with no trained token is dropped as stale.
+
+Under both, the collector paces: a batch waits for work that the version's next move would drop
+whole (`lost_by_next_version`). Under `trajectory` that includes work in flight that started at the
+edge (its oldest token is fixed); under `token` only finished work waiting for its group: work in
+flight keeps making tokens at the newest version, so the batch never waits for a straggler.
 """
 from __future__ import annotations
 
@@ -32,9 +36,16 @@ class StalenessRule:
         self.max_staleness = max_staleness
 
     @property
-    def paces(self) -> bool:
-        """Whether a batch waits for work at the staleness edge (only `trajectory` would lose it)."""
+    def waits_for_work_in_flight(self) -> bool:
+        """Whether a batch waits for an episode in flight that started at the staleness edge: under
+        `trajectory` the version's move would drop it whole whatever it does next."""
         return self.unit == "trajectory"
+
+    def lost_by_next_version(self, traj: Trajectory, version: int) -> bool:
+        """Whether a finished trajectory that a batch at `version` could still train would be
+        dropped whole by the next version (under `trajectory`: its oldest generated token is at the
+        edge; under `token`: its newest is)."""
+        return not self.is_stale(traj, version) and self.is_stale(traj, version + 1)
 
     def trained_mask(self, traj: Trajectory, version: int) -> list[int]:
         """Which of the trajectory's tokens a batch made at `version` trains."""

@@ -179,6 +179,33 @@ def test_under_token_a_straggler_does_not_hold_back_the_batch_trajectory_waits_f
         assert acc["trained"] == 6 and acc["dropped_stale"] == 2 and acc["identity_holds"]
 
 
+def test_under_token_a_batch_waits_only_for_finished_work_the_next_version_would_drop_whole():
+    c = make(max_staleness=1, unit="token")
+    items = drain(c)  # 4 groups of 2, all started at version 0
+    for item in items[:4]:
+        c.submit(finish(item))  # groups 0 and 1 complete
+    c.set_version(1)
+    c.submit(spanning(items[4], [0, 1]))  # group 2: its newest token is fresh at the next version too
+    c.submit(finish(items[6]))  # group 3: every token at version 0, the edge: version 2 would drop it
+    assert c.next_batch(1.0) is None  # paced, although members 5 and 7 are a straggler in flight
+    c.submit(spanning(items[7], [0, 1]))  # its sibling finishes: group 3 is complete
+    batch = c.next_batch(1.0)  # member 5, in flight since version 0 (the edge), is not waited for
+    assert sorted({t.group_id for t in batch.trajectories}) == [0, 1] and batch.stats["stale_dropped_in_batch"] == 0
+    acc = c.accounting()
+    assert acc["dropped_stale"] == 0 and acc["identity_holds"]
+
+
+def test_the_next_version_loses_a_trajectory_at_its_oldest_or_its_newest_token():
+    from actors.training.staleness import StalenessRule
+
+    c = make(max_staleness=1)
+    item = drain(c)[0]
+    traj = spanning(item, [0, 2])  # tokens at versions 0 and 2
+    by_trajectory, by_token = StalenessRule("trajectory", 1), StalenessRule("token", 1)
+    assert [by_trajectory.lost_by_next_version(traj, v) for v in range(4)] == [False, True, False, False]
+    assert [by_token.lost_by_next_version(traj, v) for v in range(5)] == [False, False, False, True, False]
+
+
 def test_stale_drops_under_both_units_keep_the_identity():
     for unit in ("trajectory", "token"):
         c = make(max_staleness=1, unit=unit)
