@@ -130,8 +130,11 @@ def sweep_stale_disks() -> List[str]:
             if lease_dir.exists():
                 discard_tree(lease_dir)  # the image with it: its space returns once the mount is gone
         except OSError as error:
-            # Another owner's leftovers are no reason to refuse the lease being made; the next sweep retries.
-            log.warning("cannot sweep the workspace image of a dead owner at %s: %s", mount_point, error)
+            # Every sandbox starting on a node sweeps the same table (a run's 96 sandbox actors at once):
+            # one may have read it before another unmounted the image ("umount: not mounted").
+            if os.path.ismount(mount_point):
+                # Another owner's leftovers are no reason to refuse the lease being made; the next sweep retries.
+                log.warning("cannot sweep the workspace image of a dead owner at %s: %s", mount_point, error)
             continue
         swept.append(mount_point)
     return swept

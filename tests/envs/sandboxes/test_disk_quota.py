@@ -149,3 +149,34 @@ def test_an_image_mounted_by_a_dead_owner_is_swept_even_after_its_file_was_delet
     assert str(lease / "workspace") in swept
     assert local_sandbox_module.wait_for_deleters() == []
     assert not os.path.ismount(lease / "workspace") and not lease.exists()
+
+
+@needs_loop
+def test_a_sweep_that_loses_the_race_to_another_sweeper_says_nothing(tmp_path, monkeypatch, caplog):
+    """Every sandbox starting on a node sweeps the same mount table: one that read the table before
+    another unmounted the image finds it gone ("umount: not mounted"), which is no failure to report."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lease = tmp_path / f"{disk_quota.LEASE_PREFIX}raced"
+    (lease / "workspace").mkdir(parents=True)
+    subprocess.run([sys.executable, "-c", _MOUNT_AND_DIE, str(lease)], check=True, timeout=60,
+                   cwd=Path(__file__).resolve().parents[3])
+    table = disk_quota._mount_table()  # what this sweeper read, before the other one acted
+    subprocess.run(["umount", "--lazy", str(lease / "workspace")], check=True, timeout=60)  # the other sweeper
+    monkeypatch.setattr(disk_quota, "_mount_table", lambda: table)
+    with caplog.at_level("WARNING", logger=disk_quota.log.name):
+        swept = disk_quota.sweep_stale_disks()
+    assert str(lease / "workspace") not in swept  # the other sweeper's, not this one's
+    assert not [r for r in caplog.records if "cannot sweep" in r.getMessage()]
+    # Still mounted is still reported: the same stale table, with the image mounted again by a dead owner.
+    subprocess.run([sys.executable, "-c", _MOUNT_AND_DIE, str(lease)], check=True, timeout=60,
+                   cwd=Path(__file__).resolve().parents[3])
+    monkeypatch.setattr(disk_quota, "_run", lambda argv: (_ for _ in ()).throw(OSError("umount: target is busy")))
+    monkeypatch.setattr(disk_quota, "_mount_table", lambda: table)
+    with caplog.at_level("WARNING", logger=disk_quota.log.name):
+        disk_quota.sweep_stale_disks()
+    assert [r for r in caplog.records if "cannot sweep" in r.getMessage()]
+    monkeypatch.undo()
+    assert str(lease / "workspace") in disk_quota.sweep_stale_disks()
