@@ -37,6 +37,7 @@ SANDBOX_ACTORS = "sandbox actors"  # bench/throughput/process_cpu.py's kind of S
 EPISODE_KINDS = ("episode actors", "sandbox actors", "commands of episode actors", "commands of sandbox actors")
 LEVEL_TIMEOUT_S = 600.0  # 128 episodes start 256 Ray workers, about a CPU-second each, on 2 cores
 HOLD_S = 3.0  # all N must stay in flight this long
+HELD = "all in flight"  # a level's outcome when it held all its episodes
 TRAJECTORY_TOKENS = 600
 ABSORB_S = 3.0
 ABSORB_CLIENTS = 4
@@ -105,7 +106,7 @@ def run_level(cfg: Config, model_path: str, tokenizer_path: str, tasks: list) ->
             all_up = in_flight == n and (sandboxes is None or sandboxes >= n)
             held_since = (held_since or time.perf_counter()) if all_up else None
             if held_since and time.perf_counter() - held_since >= HOLD_S:
-                outcome, by_kind = "all in flight", memory_by_kind(os.getpid())
+                outcome, by_kind = HELD, memory_by_kind(os.getpid())
                 break
             time.sleep(0.5)
     finally:
@@ -230,6 +231,8 @@ def scale(cfg: Config, repetitions: int) -> dict:
         "met": reached >= 128 and rate >= 5000,
         "concurrent_episodes": reached, "memory_per_episode_mb": per_episode_mb,
         "memory_per_episode_by_kind": per_episode_by_kind(levels[0]),
+        "memory_per_episode_by_level": {str(level["episodes"]): per_episode_by_kind(level) for level in levels
+                                        if level["outcome"] == HELD},
         "episodes_per_24gb_projected": MACHINE_GB * 1024 / per_episode_mb,
         "collector_completions_per_s": rate,
         "collector_in_process_per_s": statistics.median(a["in_process_per_s"] for a in absorb),
@@ -260,12 +263,16 @@ def _wait_for_memory_back(before_mb: float, timeout_s: float = 60.0) -> None:
 
 def _projected_mb(levels: list[dict], n: int) -> float:
     """Memory a level of n episodes would take: the last level's plus the marginal cost of the rest."""
-    return levels[-1]["memory_used_mb"] + _per_episode_mb(levels) * (n - levels[-1]["episodes"])
+    last = ([level for level in levels if level["outcome"] == HELD] or levels)[-1]
+    return last["memory_used_mb"] + _per_episode_mb(levels) * (n - last["episodes"])
 
 
 def _per_episode_mb(levels: list[dict]) -> float:
-    """Marginal memory per episode between the first and last level (one level: its average)."""
-    low, high = levels[0], levels[-1]
+    """Marginal memory per episode between the first and last level that held all its episodes
+    (one level: its average). A level that timed out or was ended early held fewer processes than
+    its count: its memory would understate the cost."""
+    held = [level for level in levels if level["outcome"] == HELD] or levels
+    low, high = held[0], held[-1]
     if high["episodes"] == low["episodes"]:
         return high["memory_used_mb"] / high["episodes"]
     return (high["memory_used_mb"] - low["memory_used_mb"]) / (high["episodes"] - low["episodes"])

@@ -37,3 +37,13 @@ def test_weight_sync_pushes_to_one_and_two_engines(ray_session, tiny_cfg):
     result = weight_sync(tiny_cfg, repetitions=1)
     assert len(result["runs"][1]) == len(result["runs"][2]) == 1
     assert result["seconds_two_engines"] > 0 and result["weights_mb"] > 0
+
+
+def test_memory_per_episode_leaves_out_a_level_that_did_not_hold():
+    # A level that timed out holds fewer processes than its count: 128 in the books, 63 sandboxes up.
+    levels = [{"episodes": 16, "memory_used_mb": 2400.0, "outcome": bench_scale.HELD},
+              {"episodes": 96, "memory_used_mb": 14400.0, "outcome": bench_scale.HELD},
+              {"episodes": 128, "memory_used_mb": 15800.0, "outcome": "timed out"}]
+    assert bench_scale._per_episode_mb(levels) == 150.0
+    assert bench_scale._projected_mb(levels, 128) == 14400.0 + 150.0 * 32
+    assert bench_scale._per_episode_mb([{**levels[2]}]) == 15800.0 / 128  # nothing held: its average
