@@ -17,7 +17,9 @@ logged = { $(1); } >> $(SETUP_LOG) 2>&1 || { tail -n 40 $(SETUP_LOG); echo "set-
 TEST_REPORT := runs/test-report
 SETUP_TIMES := $(TEST_REPORT)/setup-steps.txt
 SUITE_START := $(shell date +%s.%N)
-step_begin = mkdir -p $(TEST_REPORT) && date +%s.%N > $(TEST_REPORT)/$(1).start
+# step_begin makes the set-up log's folder too: `make test` runs the steps in parallel, and one that
+# writes its log (Harbor's, on a machine without its cache) may start before the venv exists.
+step_begin = mkdir -p $(TEST_REPORT) $(dir $(SETUP_LOG)) && date +%s.%N > $(TEST_REPORT)/$(1).start
 step_end = echo "$(1) $$(awk -v s=$$(cat $(TEST_REPORT)/$(1).start) -v e=$$(date +%s.%N) 'BEGIN { printf "%.1f", e - s }')" \
 	>> $(SETUP_TIMES) && rm -f $(TEST_REPORT)/$(1).start
 
