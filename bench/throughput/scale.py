@@ -261,9 +261,14 @@ def _wait_for_memory_back(before_mb: float, timeout_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+def _held(levels: list[dict]) -> list[dict]:
+    """The levels that held all their episodes (all of them when none did: their figures are all there is)."""
+    return [level for level in levels if level["outcome"] == HELD] or levels
+
+
 def _projected_mb(levels: list[dict], n: int) -> float:
     """Memory a level of n episodes would take: the last level's plus the marginal cost of the rest."""
-    last = ([level for level in levels if level["outcome"] == HELD] or levels)[-1]
+    last = _held(levels)[-1]
     return last["memory_used_mb"] + _per_episode_mb(levels) * (n - last["episodes"])
 
 
@@ -271,7 +276,7 @@ def _per_episode_mb(levels: list[dict]) -> float:
     """Marginal memory per episode between the first and last level that held all its episodes
     (one level: its average). A level that timed out or was ended early held fewer processes than
     its count: its memory would understate the cost."""
-    held = [level for level in levels if level["outcome"] == HELD] or levels
+    held = _held(levels)
     low, high = held[0], held[-1]
     if high["episodes"] == low["episodes"]:
         return high["memory_used_mb"] / high["episodes"]
