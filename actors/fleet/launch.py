@@ -133,7 +133,7 @@ def _episode(fleet: Fleet, cfg: Config, i: int, generation: int):
                      generate_timeout_s=cfg.deadlines.generate_s, probe_timeout_s=cfg.deadlines.engine_health_s),
         WorkSource(fleet.collector.actor, cfg.deadlines.collector_call_s),
         SandboxLease(i, sandbox, fleet.namespace, resource=cfg.ray.sandbox_resource, label=label,
-                     margin_s=cfg.deadlines.sandbox_margin_s),
+                     margin_s=cfg.deadlines.sandbox_margin_s, up_s=cfg.deadlines.sandbox_up_s),
         faults, GatewaySpec.from_config(cfg))
 
 

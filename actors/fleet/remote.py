@@ -113,11 +113,12 @@ class SandboxLease:
     """
 
     def __init__(self, index: int, cfg: SandboxConfig, namespace: str, resource: str = "", label: str = "",
-                 margin_s: float = DeadlinesConfig.sandbox_margin_s):
+                 margin_s: float = DeadlinesConfig.sandbox_margin_s, up_s: float = DeadlinesConfig.sandbox_up_s):
         """margin_s (deadlines.sandbox_margin_s): room above a call's own time limit before the
-        sandbox actor counts as hung; it is then killed and the call fails as infra_error."""
+        sandbox actor counts as hung; it is then killed and the call fails as infra_error.
+        up_s (deadlines.sandbox_up_s): how long a new actor may take to come up, apart from its calls."""
         self.index, self.cfg, self.namespace = index, cfg, namespace
-        self.margin_s = margin_s
+        self.margin_s, self.up_s = margin_s, up_s
         self.label = label or str(index)  # names its actors: a replaced episode's lease needs fresh names
         self.resource = resource
         self._handle = None
@@ -131,15 +132,17 @@ class SandboxLease:
                 **placement(self.resource),
             ).remote(self.index, self.cfg)
             self.generation += 1
+            # The wait for the process is not the first call's: it queues behind the node's other starts.
+            ray_call(self._handle, "__ray_ready__", source=InfraSource.SANDBOX, timeout_s=self.up_s)
         return self._handle
 
     def _call(self, method: str, *args, timeout_s: float):
-        handle = self._actor()
         try:
-            return ray_call(handle, method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
+            return ray_call(self._actor(), method, *args, source=InfraSource.SANDBOX, timeout_s=timeout_s)
         except InfraError:
-            ray.kill(handle)  # a hung actor is ended too; the next start replaces it
-            self._handle = None
+            if self._handle is not None:
+                ray.kill(self._handle)  # a hung actor is ended too; the next start replaces it
+                self._handle = None
             raise
 
     def kill(self) -> None:

@@ -35,7 +35,10 @@ MEMORY_FLOOR_MB = 1500  # a level is ended when the machine's available memory f
 SANDBOX_ACTORS = "sandbox actors"  # bench/throughput/process_cpu.py's kind of SandboxActor processes
 # The process kinds that each episode adds (its two actors and what they run), per episode of a level.
 EPISODE_KINDS = ("episode actors", "sandbox actors", "commands of episode actors", "commands of sandbox actors")
-LEVEL_TIMEOUT_S = 600.0  # 128 episodes start 256 Ray workers, about a CPU-second each, on 2 cores
+# 128 episodes start 256 Ray workers, Ray starting as many at once as there are CPUs, while those
+# already up run their turns: on 2 cores the 96 level took 385 s to have all of them up.
+LEVEL_TIMEOUT_S = 900.0
+POLL_S = 2.0  # each poll walks the level's process tree (~500 processes at 128): CPU the ramp needs
 HOLD_S = 3.0  # all N must stay in flight this long
 HELD = "all in flight"  # a level's outcome when it held all its episodes
 TRAJECTORY_TOKENS = 600
@@ -108,7 +111,7 @@ def run_level(cfg: Config, model_path: str, tokenizer_path: str, tasks: list) ->
             if held_since and time.perf_counter() - held_since >= HOLD_S:
                 outcome, by_kind = HELD, memory_by_kind(os.getpid())
                 break
-            time.sleep(0.5)
+            time.sleep(POLL_S)
     finally:
         fleet.collector.stop()
         kill(fleet)

@@ -107,6 +107,12 @@ class DeadlinesConfig:
     checkpoint_s: float = 1800.0
     # Room above a sandbox call's own time limit before its actor counts as hung.
     sandbox_margin_s: float = 30.0
+    # A new sandbox actor's process must be up (its worker started, its class built) within this,
+    # before its first call's own deadline starts. Ray starts a node's workers a few at a time (as
+    # many as it has CPUs), so a burst of episodes starting queues here; a kill at a short deadline
+    # would only add another start to the queue (measured: at 128 episodes on 2 cores, half the
+    # sandbox actors never came up inside 600 s).
+    sandbox_up_s: float = 600.0
     # The longest an agent harness's request waits in the session gateway for its answer
     # (swerve/Harness-v0). Timeouts nest: sandbox.command_timeout_s < env.harness.step_timeout_s
     # < rollout.max_episode_seconds < this, so a cap always ends an episode before a request dies.

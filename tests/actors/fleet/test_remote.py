@@ -1,4 +1,6 @@
 """Ray-side plumbing on a real local Ray: sandbox leases survive actor deaths, engines' deaths are infra errors."""
+import time
+
 import pytest
 
 from actors.engines.engine_router import EngineRouter
@@ -25,6 +27,40 @@ def test_killed_sandbox_is_an_infra_error_and_is_replaced(ray_session):
     result = lease.exec("ls")
     assert result.exit_code == 0 and result.output.strip()
     lease.close()
+
+
+def test_a_sandbox_actor_slow_to_come_up_waits_on_its_own_deadline(ray_session, monkeypatch):
+    """A burst of episodes queues their sandbox actors' processes behind each other (Ray starts a
+    node's workers a few at a time): that wait has deadlines.sandbox_up_s, not the first call's
+    deadline, so it is not mistaken for a hung sandbox. A process that never comes up within it is
+    an infra error, and its actor is ended."""
+    import ray
+
+    from actors.episodes.sandbox_actor import SandboxActor
+    from actors.fleet import remote
+
+    class SlowToComeUp(SandboxActor):
+        def __init__(self, *args):
+            time.sleep(3.0)  # a process that waited its turn to start
+            super().__init__(*args)
+
+    monkeypatch.setattr(remote, "RemoteSandbox", ray.remote(SlowToComeUp))
+    task = load_tasks("builtin", "train")[0]
+    cfg = SandboxConfig(command_timeout_s=1.0)  # start's deadline: 1.5 s, half the wait to come up
+    lease = SandboxLease(0, cfg, "swerve-tests-lease-up", label="up", margin_s=0.5, up_s=60.0)
+    lease.start(task)
+    assert lease.generation == 1 and lease.exec("ls").exit_code == 0
+    lease.close()
+
+    late = SandboxLease(1, cfg, "swerve-tests-lease-up", label="late", margin_s=0.5, up_s=1.0)
+    with pytest.raises(InfraError) as err:
+        late.start(task)
+    assert err.value.source == InfraSource.TIMEOUT and late._handle is None
+    with pytest.raises(ValueError):  # ended, not left to come up with nobody using it
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ray.get_actor("sandbox-late", namespace="swerve-tests-lease-up")
+            time.sleep(0.2)
 
 
 def test_dead_engine_is_skipped_by_the_router(ray_session, model_path):

@@ -17,6 +17,7 @@ def test_turn_overhead_reports_the_turn_and_its_parts(ray_session, tiny_cfg):
 def test_scale_holds_every_episode_in_flight_at_once(ray_session, tiny_cfg, monkeypatch):
     monkeypatch.setattr(bench_scale, "LEVELS", (2, 4))
     monkeypatch.setattr(bench_scale, "ABSORB_S", 0.5)
+    monkeypatch.setattr(bench_scale, "POLL_S", 0.5)
     result = bench_scale.scale(tiny_cfg, repetitions=1)
     assert [level["episodes"] for level in result["levels"]] == [2, 4]
     assert result["concurrent_episodes"] == 4  # no cap below the episode actors anywhere
