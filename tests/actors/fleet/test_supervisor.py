@@ -172,8 +172,9 @@ def test_hung_stateful_roles_are_found_by_their_deadlines_and_the_run_rolls_back
     deadline, names the role and the run rolls back. (The watchdog cannot be the one: it reads the
     books from that same collector.) Then a trainer shard stopped after step 2: met in step 3's
     update or in its checkpoint, found by that call's deadline, and the run rolls back again."""
-    # Deadlines a few times a healthy call's longest here (~1-2 s under load): each hang costs one.
-    cfg = small(tmp_path, swerve_cache, "hung", "deadlines.collector_call_s=6", "deadlines.checkpoint_s=6",
+    # Deadlines several times a healthy call's longest here (~1-2 s under load; at 6 s a loaded CI
+    # machine once rolled a healthy collector back too): each hang costs one.
+    cfg = small(tmp_path, swerve_cache, "hung", "deadlines.collector_call_s=10", "deadlines.checkpoint_s=10",
                 "deadlines.train_step_s=12")
     run = tmp_path / cfg.run.name
     ns = f"swerve-{cfg.run.name}"
@@ -188,8 +189,8 @@ def test_hung_stateful_roles_are_found_by_their_deadlines_and_the_run_rolls_back
     # The trainer is met in step 2's checkpoint (checkpoint_s) or step 3's update (train_step_s),
     # whichever the stop lands before: both end the wait at their own deadline.
     assert [(e["role"], e["cause"]) for e in rollbacks] in [
-        [("collector", f"did not answer within 6 s {HUNG}"), ("trainer-0", f"did not answer within {s} s {HUNG}")]
-        for s in (6, 12)]
-    dump = capfd.readouterr().out.split("rollback: collector did not answer within 6 s")[1]
+        [("collector", f"did not answer within 10 s {HUNG}"), ("trainer-0", f"did not answer within {s} s {HUNG}")]
+        for s in (10, 12)]
+    dump = capfd.readouterr().out.split("rollback: collector did not answer within 10 s")[1]
     assert re.match(r"[^\n]*\n  driver: waiting on collector\.(snapshot|next_batch|accounting|set_version)\n", dump)
     assert "  engine: " in dump and "episode actors: 4 playing" in dump

@@ -36,7 +36,7 @@ def test_tensorboard_and_wandb_get_every_step_metric(e2e_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from actors.report.loggers import scalars
-    from tests.actors.report.test_loggers import wandb_records
+    from tests.actors.report.test_loggers import finished_records
 
     _, path, rows, _ = e2e_run
     events = EventAccumulator(str(path / "tensorboard"))
@@ -48,7 +48,7 @@ def test_tensorboard_and_wandb_get_every_step_metric(e2e_run):
     assert [e.value for e in events.Scalars("reward_mean")] == pytest.approx([r["reward_mean"] for r in rows])
     (wandb_file,) = glob.glob(str(path / "wandb" / "offline-run-*" / "run-*.wandb"))
     history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
-               for r in wandb_records(wandb_file) if r.WhichOneof("record_type") == "history"]
+               for r in finished_records(wandb_file) if r.WhichOneof("record_type") == "history"]
     assert [h["_step"] for h in history] == [1, 2, 3]
     assert [h["policy_version"] for h in history] == [r["policy_version"] for r in rows]
 

@@ -14,6 +14,7 @@ import e2b  # noqa: E402
 
 from configs.schema import SandboxConfig  # noqa: E402
 from envs.sandboxes.container_sandbox import CONTAINER_ENV  # noqa: E402
+from envs.sandboxes import e2b_sandbox  # noqa: E402
 from envs.sandboxes.e2b_sandbox import E2BSandbox  # noqa: E402
 from envs.outcomes import InfraError  # noqa: E402
 from envs.sandboxes.sandbox import Sandbox  # noqa: E402
@@ -146,6 +147,19 @@ def test_no_host_secret_reaches_the_sandbox(make_box, task_by_id, e2b_env, monke
     assert all(set(dict(req.process.envs)) <= set(CONTAINER_ENV) for req in e2b_env.process.started)
 
 
+class _Clock:
+    """The time module, with a monotonic clock the test moves forward."""
+
+    def __init__(self):
+        self.offset_s = 0.0
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset_s
+
+
 @pytest.mark.slow
 def test_template_timeout_keepalive_and_kill_on_close(make_box, task_by_id, monkeypatch, e2b_env):
     created, renewed, killed = [], [], []
@@ -158,13 +172,17 @@ def test_template_timeout_keepalive_and_kill_on_close(make_box, task_by_id, monk
     monkeypatch.setattr(e2b.Sandbox, "create", create)
     monkeypatch.setattr(e2b.Sandbox, "set_timeout", lambda self, timeout, **kw: renewed.append(timeout))
     monkeypatch.setattr(e2b.Sandbox, "kill", lambda self, **kw: killed.append(self.sandbox_id) or True)
-    box = make_box(e2b_template="swerve-base", e2b_timeout_s=3)
+    clock = _Clock()  # the lease's clock, moved by the test (a loaded machine's start can take seconds)
+    monkeypatch.setattr(e2b_sandbox, "time", clock)
+    box = make_box(e2b_template="swerve-base", e2b_timeout_s=30)
     box.start(task_by_id["textkit-001"])
-    assert created[-1]["template"] == "swerve-base" and created[-1]["timeout"] == 3
+    assert created[-1]["template"] == "swerve-base" and created[-1]["timeout"] == 30
     assert created[-1]["allow_internet_access"] is False
-    time.sleep(1.1)  # past a third of the lifetime: the next use renews it
     box.exec("true")
-    assert renewed == [3]
+    assert renewed == []  # used within a third of its lifetime: nothing to renew
+    clock.offset_s += 11  # past a third of the lifetime: the next use renews it
+    box.exec("true")
+    assert renewed == [30]
     box.close()
     assert len(killed) == 1
     box.close()
