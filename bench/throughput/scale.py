@@ -36,7 +36,7 @@ SANDBOX_ACTORS = "sandbox actors"  # bench/throughput/process_cpu.py's kind of S
 # The process kinds that each episode adds (its two actors and what they run), per episode of a level.
 EPISODE_KINDS = ("episode actors", "sandbox actors", "commands of episode actors", "commands of sandbox actors")
 # 128 episodes start 256 Ray workers, Ray starting as many at once as there are CPUs, while those
-# already up run their turns: on 2 cores the 96 level took 385 s to have all of them up.
+# already up run their turns: on 2 cores the 128 level took 431 s to have all of them up.
 LEVEL_TIMEOUT_S = 900.0
 POLL_S = 2.0  # each poll walks the level's process tree (~500 processes at 128): CPU the ramp needs
 HOLD_S = 3.0  # all N must stay in flight this long
