@@ -4,6 +4,7 @@ and tests/actors/fleet/test_supervisor.py do. The run must heal with no human ac
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -29,8 +30,23 @@ ROLE_FAULTS = (
 def actor_pid(namespace: str, name: str) -> int:
     """From the GCS of this process's Ray (the state API would need a dashboard, and several Rays
     may run on this machine)."""
-    actor_id = ray.get_actor(name, namespace=namespace)._actor_id.hex()
+    actor_id = ray.get_actor(current_name(namespace, name), namespace=namespace)._actor_id.hex()
     return ray_state.actors()[actor_id]["Pid"]
+
+
+def current_name(namespace: str, name: str) -> str:
+    """The live actor that plays role `name` now: the run replaces a dead or hung actor under a
+    suffixed name (a sandbox's `-r<N>`, a replaced episode's `-g<N>`), so `sandbox-0` may already
+    be `sandbox-0-r1` when the fault comes, through no fault of the test."""
+    pattern = re.compile(re.escape(name) + r"((?:-[rg]\d+)*)")
+    live = {}
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        match = pattern.fullmatch(actor["name"]) if actor["namespace"] == namespace else None
+        if match:
+            live[actor["name"]] = tuple(int(n) for n in re.findall(r"\d+", match.group(1)))
+    if not live:
+        raise LookupError(f"no live actor plays {name} in namespace {namespace}")
+    return max(live, key=live.get)
 
 
 def _children() -> dict[int, list[int]]:
