@@ -91,17 +91,8 @@ def model_path(tiny_policy):
 # spent waiting (on Ray's start, a child process, a deadline), so the two cores take two tests at once.
 # Each worker has its own Ray session, caches and temporary folders. The Docker engine is the one thing
 # the workers would share: `docker_image` starts it when none answers and stops it at the session's
-# end, so every test that uses it runs on the same worker. The tests of a module that share a
-# module-scoped fixture (a whole run, a bench, a server) run on one worker too: spread over two, each
-# worker would build the fixture itself (measured: the reliability bench's and the pipeline's runs,
-# 2-3 minutes each, were built twice).
+# end, so every test that uses it runs on the same worker.
 DOCKER_GROUP = "docker"
-SHARED_SCOPES = ("module", "package")
-
-
-def _shares_a_module_fixture(item) -> bool:
-    defs = item._fixtureinfo.name2fixturedefs
-    return any(defs[name][-1].scope in SHARED_SCOPES for name in item.fixturenames if name in defs)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -111,5 +102,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if "docker_image" in item.fixturenames:
             item.add_marker(pytest.mark.xdist_group(DOCKER_GROUP))
-        elif _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))

@@ -20,10 +20,11 @@ def test_a_role_is_found_under_its_newest_replacement_name(ray_session):
     actors = {name: Role.options(name=name, namespace=ns).remote()
               for name in ("sandbox-0-r1", "sandbox-0-r2", "sandbox-01", "episode-1", "episode-1-g1")}
     try:
+        pids = {name: ray.get(handle.pid.remote()) for name, handle in actors.items()}  # each one up
         assert current_name(ns, "sandbox-0") == "sandbox-0-r2"
         assert current_name(ns, "episode-1") == "episode-1-g1"
         assert current_name(ns, "sandbox-01") == "sandbox-01"
-        assert actor_pid(ns, "sandbox-0") == ray.get(actors["sandbox-0-r2"].pid.remote())
+        assert actor_pid(ns, "sandbox-0") == pids["sandbox-0-r2"]
         with pytest.raises(LookupError, match="no live actor plays sandbox-2"):
             current_name(ns, "sandbox-2")
     finally:
