@@ -8,6 +8,8 @@ from configs import load_config
 # Where the suite's time went, printed and written at the end of every run.
 from tests.suite_clock import (pytest_runtest_logreport, pytest_sessionstart,  # noqa: F401
                                pytest_terminal_summary)
+# Which tests share an xdist worker (the Docker tests; a module's tests that share a wide fixture).
+pytest_plugins = ["tests.xdist_groups"]
 
 # Tests build tiny models and tokenizers; keep them out of the user's cache and share them
 # across the session.
@@ -85,20 +87,10 @@ def model_path(tiny_policy):
 # server process, a training run or a process fleet, and any test one of whose cases takes over
 # FAST_TEST_S (tests/suite_clock.py), carry `pytest.mark.slow` themselves. `make test` runs both
 # tiers (-m "not check") within its budget; `make check` (-m check) runs the second tier: the rest of
-# the catalogues and the soak runs, each listed with its reason in docs/contracts.md.
-#
-# `make test` runs on two pytest-xdist workers (`--dist loadgroup`): most of a slow test's wall time is
-# spent waiting (on Ray's start, a child process, a deadline), so the two cores take two tests at once.
-# Each worker has its own Ray session, caches and temporary folders. The Docker engine is the one thing
-# the workers would share: `docker_image` starts it when none answers and stops it at the session's
-# end, so every test that uses it runs on the same worker.
-DOCKER_GROUP = "docker"
-
-
+# the catalogues and the soak runs, each listed with its reason in docs/contracts.md. Which tests share
+# one of `make test`'s two xdist workers: tests/xdist_groups.py.
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "ray_session" in item.fixturenames or "docker_image" in item.fixturenames \
                 or item.get_closest_marker("check"):
             item.add_marker(pytest.mark.slow)
-        if "docker_image" in item.fixturenames:
-            item.add_marker(pytest.mark.xdist_group(DOCKER_GROUP))
