@@ -57,7 +57,7 @@ SUB_PACKAGES = {
                           "policies.tokenizer", "policies.chat"),
     "bench.throughput": (),
     "bench.adversarial": (),
-    "bench.resilience": ("bench.adversarial",),
+    "bench.resilience": ("bench.adversarial", "bench.browser"),
     "configs.schema": (),
 }
 # A drawer: more modules than a reader takes in side by side, or a module too long to read at once.

@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from actors.cli import tasks_cli
+from actors.cli import tasks_cli, view_cli
 from actors.report import console
 from configs import ConfigError, load_config
 from configs.schema.engine import REQUEST_LOG_LEVELS
@@ -173,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--repetitions", type=int, default=3, help="median over this many runs")
     bench.set_defaults(func=_bench)
     tasks_cli.register(sub, with_config)
+    view_cli.register(sub)
     return top
 
 

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from itertools import groupby
+from typing import Any, Iterable, Optional, Sequence
 
 from envs.outcomes import Outcome
 from policies.sample_types import TrainSample  # the trainer's input, defined where policies/ can use it
@@ -57,6 +58,10 @@ class Trajectory:
     # Why an unresolved attempt was not graded by its tests (what it left beyond env.swe's bounds,
     # a clash with the graded view, a reset it defeated); "" when its tests decided.
     unresolved_reason: str = ""
+    # The grader's verdict test by test (node id -> PASSED, FAILED, ...) and on the hidden cases
+    # (label -> PASSED or "FAILED (why)"); empty when nothing was graded.
+    test_status: dict[str, str] = field(default_factory=dict)
+    hidden_status: dict[str, str] = field(default_factory=dict)
     # Where each training sample of the trajectory starts in token_ids (swerve/Harness-v0: a
     # request that rewrote the history started a new segment); [0] or empty: one sample.
     segment_starts: list[int] = field(default_factory=list)
@@ -75,6 +80,7 @@ class Trajectory:
         if "model_patch" in info:
             self.model_patch, self.tampered = info["model_patch"], dict(info.get("tampered", {}))
             self.unresolved_reason = info.get("unresolved_reason", "")
+            self.test_status, self.hidden_status = dict(info.get("test_status", {})), dict(info.get("hidden_status", {}))
         else:
             self.model_patch, self.tampered = final_change()
 
@@ -98,6 +104,8 @@ class Trajectory:
         return oldest_version(self.versions, self.loss_mask, self.admitted_version)
 
     def summary(self) -> dict:
+        """The attempt as the run directory keeps it (a step's trajectories, an eval's attempts):
+        what it did, how it was graded and when, without its tokens (`token_record`)."""
         return {
             "task_id": self.task_id,
             "group_id": self.group_id,
@@ -108,16 +116,40 @@ class Trajectory:
             "reward": self.reward,
             "turns": self.turns,
             "generated_tokens": self.num_generated,
+            "admitted_version": self.admitted_version,
             "versions": sorted(set(v for v, m in zip(self.versions, self.loss_mask) if m)),
+            "started_s": self.started_s,
+            "finished_s": self.finished_s,
+            "sandbox_start_s": self.sandbox_start_s,
             "error": self.error,
             "tampered": dict(self.tampered),
             "unresolved_reason": self.unresolved_reason,
+            "test_status": dict(self.test_status),
+            "hidden_status": dict(self.hidden_status),
+            "model_patch": self.model_patch,
             "segments": max(1, len(self.segment_starts)),
             **({"harness": self.harness} if self.harness else {}),
             "messages": self.messages,
             **({"segment_messages": self.segment_messages, "segment_tools": self.segment_tools}
                if self.segment_messages else {}),
         }
+
+
+    def token_record(self, trained_mask: Sequence[int]) -> dict:
+        """The generated tokens as a step's record keeps them (what `swerve view` colours): their
+        ids, each reply's length, and as runs ([value, count], they change rarely) the policy
+        version each was generated under and whether the update trained it (0: masked as stale).
+        The prompt's and observations' tokens stay out: their text is in `messages`, redacted."""
+        generated = [i for i, m in enumerate(self.loss_mask) if m]
+        replies = [sum(1 for _ in run) for generated_run, run in groupby(self.loss_mask) if generated_run]
+        return {"ids": [self.token_ids[i] for i in generated], "replies": replies,
+                "versions": runs(self.versions[i] for i in generated),
+                "trained": runs(trained_mask[i] for i in generated)}
+
+
+def runs(values: Iterable[int]) -> list[list[int]]:
+    """[[value, count], ...]: consecutive equal values as one run."""
+    return [[value, sum(1 for _ in run)] for value, run in groupby(values)]
 
 
 @dataclass
@@ -127,6 +159,17 @@ class Batch:
     trajectories: list[Trajectory]
     temperature: float
     stats: dict = field(default_factory=dict)
+    # Aligned with `trajectories`: each one's advantage and which of its tokens this update trains.
+    advantages: list[float] = field(default_factory=list)
+    trained_masks: list[list[int]] = field(default_factory=list)
+
+    def trajectory_rows(self, limit: int) -> list[dict]:
+        """The first `limit` trajectories as the step's record (trajectories/step_*.jsonl): each
+        one's summary, what training made of it (the version it was trained from, its advantage and
+        staleness) and its generated tokens."""
+        return [{**traj.summary(), "trained_version": self.version, "advantage": advantage,
+                 "staleness": self.version - traj.oldest_version, "tokens": traj.token_record(mask)}
+                for traj, advantage, mask in zip(self.trajectories[:limit], self.advantages, self.trained_masks)]
 
     @property
     def num_loss_tokens(self) -> int:

@@ -101,6 +101,8 @@ class Console:
         self.active: Optional[Progress] = None  # the live line on screen now
         self.last_draw = 0.0
         self.warned: set[str] = set()
+        # The command's last line, said after everything else (even the log's name): where to look next.
+        self.last_line: Optional[str] = None
 
     def say(self, text: str) -> None:
         """A line for the human (in the log too, where there is one); a table (several lines) as it is."""
@@ -177,6 +179,11 @@ def say(text: str) -> None:
     _active.say(text)
 
 
+def say_last(text: str) -> None:
+    """The command's last line on the console (a session says it when it ends, after the log's name)."""
+    _active.last_line = text
+
+
 def warn(text: str) -> None:
     _active.warn(text)
 
@@ -207,6 +214,8 @@ def session(log_dir: Path, verbose: bool = False) -> Iterator[Console]:
         try:
             yield _active
         finally:
+            if _active.last_line is not None:
+                _active.say(_active.last_line)
             _active = previous
         return
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -246,6 +255,8 @@ def session(log_dir: Path, verbose: bool = False) -> Iterator[Console]:
         follower.stop()  # the last warnings first
         console.say(f"the run stopped with an error; its whole log: {log_path}" if failed
                     else f"the whole log: {log_path}")
+        if console.last_line is not None:
+            console.say(console.last_line)
         log.close()
         if terminal_fd is not None:
             terminal.flush()

@@ -95,6 +95,38 @@ def redact_text(text: str, values: Iterable[str] | None = None) -> str:
     return _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
 
 
+def redact_pieces(pieces: list[str], values: Iterable[str] | None = None) -> list[str]:
+    """Text cut into pieces (a reply's tokens) with secrets blanked, the pieces kept aligned: a
+    piece that holds any character of a secret becomes REDACTED (the first of a secret's pieces)
+    or "" (the rest). A secret split across tokens is found whole, where blanking piece by piece
+    would miss it."""
+    text = "".join(pieces)
+    if redact_text(text, values) == text:
+        return list(pieces)
+    secret = [False] * len(text)
+    for start, end in _secret_spans(text, tuple(secret_values() if values is None else values)):
+        secret[start:end] = [True] * (end - start)
+    out, at, previous_blank = [], 0, False
+    for piece in pieces:
+        blank = any(secret[at:at + len(piece)])
+        out.append(("" if previous_blank else REDACTED) if blank else piece)
+        at, previous_blank = at + len(piece), blank
+    return out
+
+
+def _secret_spans(text: str, values: tuple[str, ...]) -> Iterable[tuple[int, int]]:
+    """Where redact_text blanks something in `text`: (start, end) of each secret's characters."""
+    pattern = _values_pattern(values)
+    for found in (pattern.finditer(text) if pattern is not None else ()):
+        yield found.span()
+    for found in _SECRET_SHAPES.finditer(text):
+        yield found.span()
+    for found in _AUTH_HEADER.finditer(text):
+        yield found.end(1) if found.group(1) else found.end(2), found.end()
+    for found in _URL_PASSWORD.finditer(text):
+        yield found.end(1), found.end() - 1
+
+
 def redact(obj: Any, values: Iterable[str] | None = None) -> Any:
     """A copy of `obj` (str, mapping, list, tuple, dataclass, nested) with secrets blanked;
     other values come back as they are."""

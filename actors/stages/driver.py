@@ -148,7 +148,7 @@ def run(cfg: Config, run_dir: RunDir) -> Path:
                 run_dir.write_metrics(metrics)
                 exporter.export(metrics)
                 run_dir.write_accounting({**accounting, "restarts": restarts, "tasks_skipped_quarantined": quarantined})
-                run_dir.write_trajectories(step, [t.summary() for t in batch.trajectories[: cfg.run.trajectories_per_step]])
+                run_dir.write_trajectories(step, batch.trajectory_rows(cfg.run.trajectories_per_step))
                 print(status_line(metrics, cfg.trainer.total_steps), flush=True)  # the log's; the console's:
                 bar.update(step, progress_figure(metrics))
                 supervisor.healed()

@@ -143,12 +143,12 @@ def predictions(tasks: Sequence, trajectories: Sequence[Trajectory], model_name:
 def attempt_records(trajectories: Sequence[Trajectory]) -> list[dict]:
     """attempts.jsonl: every attempt's transcript and outcome (infra errors included), to read
     what a policy does on held-out tasks without re-running it."""
-    keys = ("task_id", "member", "attempt", "outcome", "infra_source", "turns", "error", "tampered",
-            "unresolved_reason", "messages")
+    keys = ("task_id", "member", "attempt", "outcome", "infra_source", "reward", "turns", "started_s", "finished_s",
+            "error", "tampered", "unresolved_reason", "test_status", "hidden_status", "messages", "model_patch")
     records = []
     for traj in sorted(trajectories, key=lambda t: (t.task_id, t.member, t.attempt)):
         summary = traj.summary()
-        records.append({**{k: summary[k] for k in keys}, "model_patch": traj.model_patch})
+        records.append({k: summary[k] for k in keys})
     return records
 
 

@@ -22,8 +22,9 @@ from typing import Callable, Sequence
 from actors.report import console
 from actors.report.loggers import RunLoggers
 from actors.report.stage_summary import summarize
-from actors.stages.stage_cache import (FRESH_HINT, MARKER, StagePlan, load_report, plan_stages, stage_record, write_marker,
-                                write_started)
+from actors.report.view.page import write_page
+from actors.stages.stage_cache import (FRESH_HINT, MARKER, STAGES, StagePlan, load_report, plan_stages, stage_record,
+                                       write_marker, write_started)
 from configs import Config
 from envs.tasks.stream import STREAM_SPLIT
 
@@ -74,7 +75,11 @@ def _run_stages(cfg: Config, root: Path, plans: list[StagePlan], loggers: RunLog
     for index, plan in enumerate(plans):
         reports[plan.stage] = (_reuse_stage(story, index, plan) if plan.action == "skip" else
                                _run_stage(story, index, plan, stage_record(plan, cfg, fingerprints)))
-    return summarize(cfg, root, reports, rl_segments(cfg)[:-1] if "rl" in reports else [])
+        write_page(root, STAGES)  # what the agent did so far, readable while the next stage runs
+    summary = summarize(cfg, root, reports, rl_segments(cfg)[:-1] if "rl" in reports else [])
+    page = write_page(root, STAGES)
+    console.say_last(f"what the agent did: {page} (opens offline; `swerve view {root} --serve` serves it on loopback)")
+    return summary
 
 
 def _reuse_stage(story: _Story, index: int, plan: StagePlan) -> dict:

@@ -243,7 +243,7 @@ class SampleCollector(WorkSource):
         if len(ready) < self.cfg.groups_per_batch:
             return None
         ready.sort(key=lambda g: g.group_id)
-        samples, kept, stale, trained_masks = [], [], [], []
+        samples, kept, stale, trained_masks, kept_advantages = [], [], [], [], []
         for group in ready[: self.cfg.groups_per_batch]:
             del self._groups[group.group_id]
             self._tally(group.task, "trained")
@@ -262,6 +262,7 @@ class SampleCollector(WorkSource):
                 self._trained_keys.add(key)
                 samples.extend(self.staleness.samples(traj, advantage, self.version))
                 kept.append(traj)
+                kept_advantages.append(advantage)
                 trained_masks.append(self.staleness.trained_mask(traj, self.version))
         finished, self._finished_since_batch = self._finished_since_batch, []
         now = time.monotonic()
@@ -270,7 +271,7 @@ class SampleCollector(WorkSource):
         self.last_batch_stats = stats
         stats["stale_dropped_in_batch"] = len(stale)
         stats.update(self._learning_stats(samples))
-        return Batch(self.version, samples, kept, temperature, stats)
+        return Batch(self.version, samples, kept, temperature, stats, kept_advantages, trained_masks)
 
     def _learning_stats(self, samples: list[TrainSample]) -> dict:
         """What tells a user whether RL is learning (see README, "Is it learning?")."""

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from bench.browser import HeadlessBrowser, browser_path
 from policies.engines.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,17 +38,6 @@ _SHOW_ALL_ROWS = """(() => {
   return true;
 })()"""
 RENDER_TIMEOUT_S = 120.0
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
-
-
-def _browser() -> str:
-    for name in BROWSERS:
-        path = shutil.which(name)
-        if path:
-            return path
-    raise SystemExit("no headless browser: apt-get install chromium (make check-dashboard does)")
-
-
 def _start_run(run_dir: Path, port: int, token: str, overrides: list[str]) -> subprocess.Popen:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_ADDRESS": ""}
     argv = [sys.executable, "-m", "actors", "train", "--config", str(REPO / "tests" / "smoke.yaml"),
@@ -103,51 +89,24 @@ def _tail(run_dir: Path, chars: int = 3000) -> str:
     return log.read_text(errors="replace")[-chars:] if log.is_file() else "(no log was written)"
 
 
-async def _devtools(ws_url: str):
-    import aiohttp
-
-    session = aiohttp.ClientSession()
-    socket = await session.ws_connect(ws_url, max_msg_size=0)
-    ids = iter(range(1, 1 << 30))
-
-    async def send(method: str, **params):
-        message_id = next(ids)
-        await socket.send_json({"id": message_id, "method": method, "params": params})
-        while True:
-            reply = await socket.receive_json()
-            if reply.get("id") == message_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-
-    return session, socket, send
-
-
-async def _render(browser_port: int, dashboard: str, token: str, screenshot: Path,
-                  still_running) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{browser_port}/json/list", timeout=10) as response:
-        page = next(t for t in json.loads(response.read()) if t["type"] == "page")
-    session, socket, send = await _devtools(page["webSocketDebuggerUrl"])
+async def _render(browser: HeadlessBrowser, dashboard: str, token: str, screenshot: Path, still_running) -> str:
+    page = await browser.page()
     try:
-        await send("Network.enable")
-        await send("Network.setCookie", name=COOKIE, value=token, url=dashboard, path="/")
-        await send("Emulation.setDeviceMetricsOverride", width=1600, height=2200, deviceScaleFactor=1, mobile=False)
-        await send("Page.navigate", url=f"{dashboard}/#/actors")
+        await page.send("Network.enable")
+        await page.send("Network.setCookie", name=COOKIE, value=token, url=dashboard, path="/")
+        await page.send("Page.navigate", url=f"{dashboard}/#/actors")
         deadline_s, text = time.monotonic() + RENDER_TIMEOUT_S, ""
         while time.monotonic() < deadline_s:
             still_running()
-            await send("Runtime.evaluate", expression=_SHOW_ALL_ROWS)
-            result = await send("Runtime.evaluate", expression="document.body ? document.body.innerText : ''")
-            text = result.get("result", {}).get("value", "")
+            await page.evaluate(_SHOW_ALL_ROWS)
+            text = await page.evaluate("document.body ? document.body.innerText : ''") or ""
             if all(name in text for name in ROLE_NAMES):
                 break
             await asyncio.sleep(2.0)
-        shot = await send("Page.captureScreenshot", format="png")
-        screenshot.write_bytes(base64.b64decode(shot["data"]))
+        await page.screenshot(screenshot)
         return text
     finally:
-        await socket.close()
-        await session.close()
+        await page.close()
 
 
 def main() -> int:
@@ -157,38 +116,24 @@ def main() -> int:
     args = parser.parse_args()
     run_dir = Path(args.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    token, dashboard_port, browser_port = secrets.token_hex(32), free_port(), free_port()
+    token, dashboard_port = secrets.token_hex(32), free_port()
     dashboard = f"http://127.0.0.1:{dashboard_port}"  # the run binds its dashboard to loopback
-    browser_path = _browser()  # before the run: a missing browser is known at once
+    if browser_path() is None:  # before the run: a missing browser is known at once
+        raise SystemExit("no headless browser: apt-get install chromium (make check-dashboard does)")
     run = _start_run(run_dir, dashboard_port, token, args.overrides)
-    profile = tempfile.mkdtemp(prefix="swerve-chromium-")
-    browser = None
+    screenshot = run_dir / "dashboard-actors.png"
     try:
         _wait_for_dashboard(run, run_dir, dashboard, time.monotonic() + RUN_TIMEOUT_S)
-        # --no-sandbox: Chromium refuses its own sandbox as root; it only loads our loopback page.
-        browser = subprocess.Popen([browser_path, "--headless=new", "--no-sandbox", "--disable-gpu",
-                                    f"--remote-debugging-port={browser_port}", "--remote-debugging-address=127.0.0.1",
-                                    f"--user-data-dir={profile}", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{browser_port}/json/version", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.2)
-        screenshot = run_dir / "dashboard-actors.png"
-        text = asyncio.run(_render(browser_port, dashboard, token, screenshot, lambda: _check_running(run, run_dir)))
+        with HeadlessBrowser(width=1600, height=2200) as browser:
+            text = asyncio.run(_render(browser, dashboard, token, screenshot, lambda: _check_running(run, run_dir)))
     finally:
-        for process in (browser, run):
-            if process is not None and process.poll() is None:
-                # SIGINT: the run's own handlers end it and the Ray it started; the browser just goes.
-                os.killpg(process.pid, signal.SIGINT if process is run else signal.SIGKILL)
         if run.poll() is None:
+            # SIGINT: the run's own handlers end it and the Ray it started.
+            os.killpg(run.pid, signal.SIGINT)
             try:
                 run.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(run.pid, signal.SIGKILL)
-        shutil.rmtree(profile, ignore_errors=True)
     missing = [name for name in ROLE_NAMES if name not in text]
     shown = f"missing: {', '.join(missing)}" if missing else "every role shown"
     print(f"[swerve] dashboard actors view: {screenshot} ({shown})")

@@ -50,3 +50,32 @@ def test_a_trajectory_without_segments_keeps_its_summary_as_it_was():
     traj = Trajectory(0, 0, 0, "t", 0, "resolved", messages=[SYSTEM])
     summary = traj.summary()
     assert summary["messages"] == [SYSTEM] and "segment_messages" not in summary and "segment_tools" not in summary
+
+
+def test_a_step_record_keeps_each_generated_token_s_version_and_whether_it_was_trained():
+    """Two replies (tokens 3-4 and 7-9) between prompt and observation tokens; the second began under
+    v1 and ended under v2 (a weight update mid-reply); the update at v3 masked the v1 tokens (token
+    staleness past its bound): the step's row keeps what the page colours and marks."""
+    from actors.episodes.trajectory import Batch
+
+    traj = Trajectory(4, 1, 0, "t", 0, "resolved", reward=1.0, started_s=10.0, finished_s=12.5,
+                      token_ids=[1, 2, 3, 4, 5, 6, 7, 8, 9], loss_mask=[0, 0, 1, 1, 0, 0, 1, 1, 1],
+                      versions=[0, 0, 1, 1, 0, 0, 1, 2, 2], model_patch="diff --git a/x b/x\n",
+                      test_status={"test_x.py::test_a": "PASSED"}, hidden_status={"case 1": "FAILED (3 != 4)"})
+    trained = [0, 0, 0, 0, 0, 0, 0, 1, 1]
+    batch = Batch(3, [], [traj, traj], 1.0, advantages=[0.5, -0.5], trained_masks=[trained, trained])
+    row, = batch.trajectory_rows(limit=1)
+    assert row["tokens"] == {"ids": [3, 4, 7, 8, 9], "replies": [2, 3], "versions": [[1, 3], [2, 2]],
+                             "trained": [[0, 3], [1, 2]]}
+    assert (row["trained_version"], row["advantage"], row["staleness"]) == (3, 0.5, 2)  # its oldest token: v1
+    assert (row["started_s"], row["finished_s"], row["model_patch"]) == (10.0, 12.5, "diff --git a/x b/x\n")
+    assert row["test_status"] == {"test_x.py::test_a": "PASSED"} and row["hidden_status"] == {"case 1": "FAILED (3 != 4)"}
+    assert "tokens" not in traj.summary()  # an eval's attempts keep no tokens
+
+
+def test_the_grader_s_verdict_test_by_test_is_kept_from_the_last_step_s_info():
+    traj = Trajectory(0, 0, 0, "t", 0, "truncated")
+    traj.record_end(0.0, True, {"outcome": "unresolved", "model_patch": "p", "tampered": {},
+                                "test_status": {"a": "FAILED"}, "hidden_status": {"h": "PASSED"}},
+                    final_change=lambda: ("", {}))
+    assert (traj.outcome, traj.test_status, traj.hidden_status) == ("unresolved", {"a": "FAILED"}, {"h": "PASSED"})

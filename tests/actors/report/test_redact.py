@@ -258,3 +258,15 @@ def _non_loopback_address() -> str | None:
             return None  # no route out: no other interface to try
         address = probe.getsockname()[0]
     return None if address.startswith("127.") else address
+
+
+def test_a_secret_split_across_tokens_is_blanked_and_the_pieces_stay_aligned(env_secret):
+    pieces = ["export ", "KEY=", env_secret[:5], env_secret[5:11], env_secret[11:], " && ls", "\n"]
+    out = redact.redact_pieces(pieces)
+    assert len(out) == len(pieces) and env_secret not in "".join(out)
+    assert out == ["export ", "KEY=", REDACTED, "", "", " && ls", "\n"]
+    key = KEY_SHAPED["openai"]
+    shaped = redact.redact_pieces(["curl -H 'Authorization: Bearer ", key[:9], key[9:], "' x"])
+    assert shaped[1:3] == [REDACTED, ""] and key[9:] not in "".join(shaped)
+    clean = ["no ", "secret ", "here"]
+    assert redact.redact_pieces(clean) == clean

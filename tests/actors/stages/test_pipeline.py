@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from actors.cli.main import main
+from bench.browser import browser_path
 from actors.training.sample_collector import COUNTERS
 from actors.stages.stage_cache import MARKER
 from configs import load_config
@@ -61,11 +62,51 @@ def test_the_console_shows_a_progress_line_per_stage_and_the_log_holds_the_rest(
                                ("rl train", "steps", 2), ("sft eval", "attempts", 1), ("rl eval", "attempts", 2)):
         done = [line for line in console if line.startswith(f"[swerve] {label}: ") and "took" in line]
         assert len(done) == times and all(f" {unit}/" in line for line in done), (label, console)  # rl: 2 segments, 2 evals
-    assert console[-1] == f"[swerve] the whole log: {story / 'story' / 'logs' / 'console.log'}"
+    assert console[-2] == f"[swerve] the whole log: {story / 'story' / 'logs' / 'console.log'}"
+    assert console[-1].startswith(f"[swerve] what the agent did: {story / 'story' / 'view.html'} (opens offline")
     # Each step's status, the weight-loading bars and Ray's worker notices are the log's alone.
     for chatter in ("[swerve] step 1/1", "Loading weights", "[swerve] eval: "):
         assert chatter in log and not any(chatter in line for line in console), chatter
-    assert all(line in log for line in console[:-1])  # the log holds the console's lines too
+    assert all(line in log for line in console[:-2])  # the log holds the console's lines too
+
+
+@pytest.mark.slow  # reads the pipeline's output, in a real browser
+def test_the_run_s_page_shows_its_steps_trajectories_groups_and_eval_in_a_real_browser(story, tokenizer_path, tmp_path):
+    """A user's clicks through the page the pipeline wrote (tests/actors/report/view/browse.py), checked
+    against the run's files; the screenshots stay in runs/check-view/."""
+    from policies.tokenizer import load_tokenizer
+    from tests.actors.report.view import browse
+    from tests.actors.report.view.run_fixture import HOSTILE, write_run
+
+    if browser_path() is None:
+        pytest.skip("no headless browser: `make chromium` installs Debian's chromium (make test does)")
+    root = story / "story"
+    seen = browse.walk(root / "view.html", REPO / "runs" / "check-view")
+    step_files = sorted((root / "rl" / "trajectories").glob("step_*.jsonl"))
+    assert seen["steps"] == [f"step-rl-{int(f.stem.split('_')[1])}" for f in step_files] and seen["step"] == "step-rl-1"
+    rows = [json.loads(line) for line in step_files[0].read_text().splitlines()]
+    assert seen["bars"] == list(range(len(rows))) and seen["trajectory"] == "#/traj/step-rl-1/0"
+    shown = rows[0]
+    assert seen["title"] == f"{shown['task_id']} · g{shown['group_id']}·m{shown['member']}"
+    assert seen["diff"].strip() == (shown["model_patch"].strip() or "no change")
+    tokens = shown["tokens"]
+    assert len(seen["tokens"]) == len(tokens["ids"]) == shown["generated_tokens"]
+    assert [version for _, version, _ in seen["tokens"]] == [v for v, n in tokens["versions"] for _ in range(n)]
+    assert [trained for _, _, trained in seen["tokens"]] == [m for m, n in tokens["trained"] for _ in range(n)]
+    tok, at, replies = load_tokenizer(str(root / "rl" / "policy")), 0, []
+    for length in tokens["replies"]:
+        replies.append(tok.decode(tokens["ids"][at:at + length]))
+        at += length
+    assert "".join(text for text, _, _ in seen["tokens"]) == "".join(replies)
+    assert len(seen["members"]) == sum(row["group_id"] == shown["group_id"] for row in rows)
+    report = json.loads((root / "rl" / "eval.json").read_text())
+    assert seen["tasks"] == sorted(row["task_id"] for row in report["per_task"])
+    assert seen["task"] == seen["tasks"][0] and seen["columns"] == ["base", "sft", "rl"]
+    # A policy's markup in a message is shown as text, and none of it runs.
+    hostile_root = write_run(tmp_path / "hostile", tokenizer_path)
+    assert main(["view", str(hostile_root)]) == 0
+    hostile = browse.hostile(hostile_root / "view.html")
+    assert hostile["title"] == "swerve: hostile" and hostile["images"] == 0 and HOSTILE in hostile["shown"]
 
 
 @pytest.mark.slow  # the whole pipeline on Ray

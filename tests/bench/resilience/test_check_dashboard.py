@@ -1,13 +1,12 @@
 """`make check-dashboard` inside `make test`: a real headless Chromium shows every role of a short run
 in Ray's dashboard, and the screenshot is left where the README says (runs/check-dashboard/)."""
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench.resilience.check_dashboard import BROWSERS
+from bench.browser import browser_path
 
 REPO = Path(__file__).resolve().parents[3]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -16,7 +15,7 @@ pytestmark = pytest.mark.slow  # a training run with its dashboard, and a browse
 
 
 def test_every_role_is_shown_in_the_dashboard(swerve_cache):
-    if not any(shutil.which(name) for name in BROWSERS):
+    if browser_path() is None:
         pytest.skip("no headless browser: `make chromium` installs Debian's chromium (make test does)")
     run_dir = REPO / "runs" / "check-dashboard"
     done = subprocess.run([sys.executable, "-m", "bench.resilience.check_dashboard", "--run-dir", str(run_dir),
