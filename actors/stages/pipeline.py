@@ -75,11 +75,23 @@ def _run_stages(cfg: Config, root: Path, plans: list[StagePlan], loggers: RunLog
     for index, plan in enumerate(plans):
         reports[plan.stage] = (_reuse_stage(story, index, plan) if plan.action == "skip" else
                                _run_stage(story, index, plan, stage_record(plan, cfg, fingerprints)))
-        write_page(root, STAGES)  # what the agent did so far, readable while the next stage runs
+        _write_view(root)  # what the agent did so far, readable while the next stage runs
     summary = summarize(cfg, root, reports, rl_segments(cfg)[:-1] if "rl" in reports else [])
-    page = write_page(root, STAGES)
-    console.say_last(f"what the agent did: {page} (opens offline; `swerve view {root} --serve` serves it on loopback)")
+    page = _write_view(root)
+    if page is not None:
+        console.say_last(f"what the agent did: {page} (opens offline; `swerve view {root} --serve` serves it on loopback)")
     return summary
+
+
+def _write_view(root: Path) -> Path | None:
+    """The run's page; a page that cannot be written (a record it cannot read, a full disk) is a
+    warning that names the error, never the end of a pipeline whose stages are done."""
+    try:
+        return write_page(root, STAGES)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        console.warn(f"the run's page (view.html) was not written: {type(error).__name__}: {error}; "
+                     f"`swerve view {root}` tries again")
+        return None
 
 
 def _reuse_stage(story: _Story, index: int, plan: StagePlan) -> dict:

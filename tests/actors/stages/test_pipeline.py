@@ -368,3 +368,17 @@ def test_a_stage_with_no_scored_task_is_summarized_not_a_crash(tmp_path):
     text = summary_table(summary)
     assert "(no task scored)" in text and "sft - base: no task scored in both stages" in text
     assert (tmp_path / "learning_curve.png").exists()
+
+
+def test_a_page_that_cannot_be_written_is_a_warning_not_the_end_of_the_pipeline(tmp_path, monkeypatch, capsys):
+    from actors.report import console
+    from actors.stages import pipeline
+
+    def full_disk(root, stages):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pipeline, "write_page", full_disk)
+    with console.session(tmp_path / "logs", verbose=True):
+        assert pipeline._write_view(tmp_path) is None
+    out = capsys.readouterr().out
+    assert "view.html) was not written: OSError" in out and f"swerve view {tmp_path}` tries again" in out
