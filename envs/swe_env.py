@@ -166,6 +166,7 @@ class SWEEnv(gymnasium.Env):
             "tampered": dict(tampered),
             "unresolved_reason": verdict.reason,
             "hidden_status": dict(verdict.result.hidden_status) if verdict.result is not None else {},
+            "grading_problems": list(verdict.result.problems) if verdict.result is not None else [],
         }
         # A Harbor verifier's reward may be a fraction; every other verdict is 1 or 0.
         reward = verdict.result.score if verdict.result is not None else 0.0

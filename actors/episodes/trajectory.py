@@ -62,6 +62,8 @@ class Trajectory:
     # (label -> PASSED or "FAILED (why)"); empty when nothing was graded.
     test_status: dict[str, str] = field(default_factory=dict)
     hidden_status: dict[str, str] = field(default_factory=dict)
+    # Why the grader could not trust the tests' report (missing, contradicting the exit code, timed out).
+    grading_problems: list[str] = field(default_factory=list)
     # Where each training sample of the trajectory starts in token_ids (swerve/Harness-v0: a
     # request that rewrote the history started a new segment); [0] or empty: one sample.
     segment_starts: list[int] = field(default_factory=list)
@@ -81,6 +83,7 @@ class Trajectory:
             self.model_patch, self.tampered = info["model_patch"], dict(info.get("tampered", {}))
             self.unresolved_reason = info.get("unresolved_reason", "")
             self.test_status, self.hidden_status = dict(info.get("test_status", {})), dict(info.get("hidden_status", {}))
+            self.grading_problems = list(info.get("grading_problems", []))
         else:
             self.model_patch, self.tampered = final_change()
 
@@ -126,6 +129,7 @@ class Trajectory:
             "unresolved_reason": self.unresolved_reason,
             "test_status": dict(self.test_status),
             "hidden_status": dict(self.hidden_status),
+            "grading_problems": list(self.grading_problems),
             "model_patch": self.model_patch,
             "segments": max(1, len(self.segment_starts)),
             **({"harness": self.harness} if self.harness else {}),

@@ -144,7 +144,8 @@ def attempt_records(trajectories: Sequence[Trajectory]) -> list[dict]:
     """attempts.jsonl: every attempt's transcript and outcome (infra errors included), to read
     what a policy does on held-out tasks without re-running it."""
     keys = ("task_id", "member", "attempt", "outcome", "infra_source", "reward", "turns", "started_s", "finished_s",
-            "error", "tampered", "unresolved_reason", "test_status", "hidden_status", "messages", "model_patch")
+            "error", "tampered", "unresolved_reason", "test_status", "hidden_status", "grading_problems", "messages",
+            "model_patch")
     records = []
     for traj in sorted(trajectories, key=lambda t: (t.task_id, t.member, t.attempt)):
         summary = traj.summary()

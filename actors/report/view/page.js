@@ -80,22 +80,23 @@ function search(id, placeholder, value, onChange) {
 // ---- overview --------------------------------------------------------------------------------
 
 function overview() {
-  const summary = INDEX.summary;
   const parts = [h("h1", {}, "run " + INDEX.run),
     h("p", {}, `stages: ${INDEX.stages.join(" → ")}; `, `${INDEX.steps.length} training steps recorded; `,
       INDEX.eval ? `${INDEX.eval.tasks.length} eval tasks` : "no eval")];
   if (INDEX.eval) parts.push(h("h2", {}, "eval"), figures());
-  if (summary) {
-    const deltas = Object.entries(summary).filter(([key, value]) => key.includes("_minus_") && !key.endsWith("_by_family") && value);
-    if (deltas.length) {
-      parts.push(h("h2", {}, "paired differences (summary.json)"), h("table", {id: "paired"},
-        h("tr", {}, ["", "delta", "95% interval", "better", "worse", "same"].map((t) => h("th", {}, t))),
-        deltas.map(([key, d]) => h("tr", {}, h("td", {}, key), h("td", {class: "num"}, pct(d.delta)),
-          h("td", {class: "num"}, `${pct(d.ci95_low)} … ${pct(d.ci95_high)}`), h("td", {class: "num better"}, d.better),
-          h("td", {class: "num worse"}, d.worse), h("td", {class: "num"}, d.same)))));
-    }
-  }
-  return parts;
+  return [...parts, paired()];
+}
+
+// Each stage against the one before it, paired task by task (summary.json).
+function paired() {
+  const summary = INDEX.summary || {};
+  const deltas = Object.entries(summary).filter(([key, value]) => key.includes("_minus_") && !key.endsWith("_by_family") && value);
+  if (!deltas.length) return null;
+  return [h("h2", {}, "paired differences (summary.json)"), h("table", {id: "paired"},
+    h("tr", {}, ["", "delta", "95% interval", "better", "worse", "same"].map((t) => h("th", {}, t))),
+    deltas.map(([key, d]) => h("tr", {}, h("td", {}, key), h("td", {class: "num"}, pct(d.delta)),
+      h("td", {class: "num"}, `${pct(d.ci95_low)} … ${pct(d.ci95_high)}`), h("td", {class: "num better"}, d.better),
+      h("td", {class: "num worse"}, d.worse), h("td", {class: "num"}, d.same))))];
 }
 
 function figures() {
@@ -265,7 +266,8 @@ function verdict(t) {
   rows.push(["turns", fmt(t.turns)]);
   if (t.started_s && t.finished_s) rows.push(["took", fmt(t.finished_s - t.started_s, 1) + " s"]);
   if (t.unresolved_reason) rows.push(["not graded by its tests", h("span", {class: "flag"}, t.unresolved_reason)]);
-  for (const [path, why] of Object.entries(t.tampered || {})) rows.push(["tampered", h("span", {class: "flag"}, `${path}: ${why}`)]);
+  for (const [path, why] of Object.entries(t.tampered || {})) rows.push(["protected path touched", h("span", {class: "flag"}, `${path}: ${why}`)]);
+  for (const problem of t.grading_problems || []) rows.push(["grading", h("span", {class: "flag"}, problem)]);
   if (t.infra_source) rows.push(["infra error", h("span", {class: "flag"}, `${t.infra_source}: ${t.error}`)]);
   else if (t.error) rows.push(["error", t.error]);
   if (t.harness && Object.keys(t.harness).length) rows.push(["harness", JSON.stringify(t.harness)]);
@@ -320,7 +322,9 @@ function evalView(hash) {
   const families = [...new Set(ev.tasks.map((t) => t.family).filter((f) => f))].sort();
   const state = {family, change, q: text};
   const last = ev.stages[ev.stages.length - 1];
-  return [h("h1", {}, "eval: every task under every stage"), figures(),
+  const compared = `${last}_minus_${ev.stages[ev.stages.length - 2]}`;
+  const familyDelta = family && ((INDEX.summary || {})[compared + "_by_family"] || {})[family];
+  return [h("h1", {}, "eval: every task under every stage"), figures(), paired(),
     h("div", {class: "controls"},
       select("filter-family", "family", [["", "all"], ...families.map((f) => [f, f])], family,
         (v) => go(withQuery("#/eval", {...state, family: v}))),
@@ -328,6 +332,8 @@ function evalView(hash) {
         change, (v) => go(withQuery("#/eval", {...state, change: v}))) : null,
       search("filter-eval-task", "task id", text, (v) => go(withQuery("#/eval", {...state, q: v}))),
       pager(rows.length, page, (p) => go(withQuery("#/eval", {...state, page: p})))),
+    familyDelta ? h("p", {id: "family-delta"}, `${compared} on ${family}, paired over its tasks: ${pct(familyDelta.delta)} ` +
+      `[${pct(familyDelta.ci95_low)} … ${pct(familyDelta.ci95_high)}], ${familyDelta.better} better, ${familyDelta.worse} worse`) : null,
     h("table", {id: "eval-table"},
       h("tr", {}, h("th", {}, "task"), h("th", {}, "family"), h("th", {}, "stratum"), ev.stages.map((s) => h("th", {}, s)),
         ev.stages.length > 1 ? h("th", {}, `after ${last}`) : null),

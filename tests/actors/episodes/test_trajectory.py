@@ -76,6 +76,8 @@ def test_a_step_record_keeps_each_generated_token_s_version_and_whether_it_was_t
 def test_the_grader_s_verdict_test_by_test_is_kept_from_the_last_step_s_info():
     traj = Trajectory(0, 0, 0, "t", 0, "truncated")
     traj.record_end(0.0, True, {"outcome": "unresolved", "model_patch": "p", "tampered": {},
-                                "test_status": {"a": "FAILED"}, "hidden_status": {"h": "PASSED"}},
+                                "test_status": {"a": "FAILED"}, "hidden_status": {"h": "PASSED"},
+                                "grading_problems": ["a run's exit code is missing"]},
                     final_change=lambda: ("", {}))
     assert (traj.outcome, traj.test_status, traj.hidden_status) == ("unresolved", {"a": "FAILED"}, {"h": "PASSED"})
+    assert traj.summary()["grading_problems"] == ["a run's exit code is missing"]
