@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from pathlib import Path
+from typing import Iterator
 
 from actors.cli import tasks_cli, view_cli
 from actors.report import console
@@ -12,11 +15,31 @@ from configs.schema.engine import REQUEST_LOG_LEVELS
 from policies.server.options import DEFAULT_PORT
 
 
+@contextlib.contextmanager
+def command_session(run_path: Path, verbose: bool) -> Iterator[console.Console]:
+    """A command's console; a Ray that the command started or joined is left before the console's
+    last lines, because Ray prints its held-back worker notices ("[repeated 2x across cluster]") as
+    it disconnects: inside the session they land in the log, after it they would follow the line
+    that names the run's page. A Ray already up in this process (a test's) is the caller's own."""
+    ray_was_up = _ray_is_up()
+    with console.session(run_path / "logs", verbose) as session:
+        try:
+            yield session
+        finally:
+            if not ray_was_up and _ray_is_up():
+                sys.modules["ray"].shutdown()
+
+
+def _ray_is_up() -> bool:
+    ray = sys.modules.get("ray")  # never imported: never started (and `swerve --help` stays fast)
+    return ray is not None and ray.is_initialized()
+
+
 def _train(args: argparse.Namespace) -> int:
     from actors.stages.driver import train
 
     cfg = load_config(args.config, [*args.overrides, *(["run.resume=true"] if args.resume else [])])
-    with console.session(cfg.run.path / "logs", args.verbose):
+    with command_session(cfg.run.path, args.verbose):
         path = train(cfg)
         console.say(f"done: {path}")
     return 0
@@ -62,7 +85,7 @@ def _eval(args: argparse.Namespace) -> int:
     from actors.stages.evaluate import evaluate, table
 
     cfg = load_config(args.config, args.overrides)
-    with console.session(cfg.run.path / "logs", args.verbose):
+    with command_session(cfg.run.path, args.verbose):
         report = evaluate(cfg)
         console.say(table(report))
         console.say(f"eval done: {report['out_dir']}/eval.json, predictions.jsonl")
@@ -73,7 +96,7 @@ def _pipeline(args: argparse.Namespace) -> int:
     from actors.stages.pipeline import run_pipeline
 
     cfg = load_config(args.config, args.overrides)
-    with console.session(cfg.run.path / "logs", args.verbose):
+    with command_session(cfg.run.path, args.verbose):
         run_pipeline(cfg)
     return 0
 
