@@ -1,9 +1,10 @@
 """`swerve view RUN_DIR [--serve] [--port N]`: the run's trajectories and evals as one web page
 (RUN_DIR/view.html, offline, self-contained); with --serve, also on http://127.0.0.1:PORT/ until
-Ctrl-C (for a browser that reaches this machine through an SSH tunnel)."""
+Ctrl-C or SIGTERM (for a browser that reaches this machine through an SSH tunnel)."""
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 from actors.report.view.page import page_server, page_url, write_page
@@ -16,6 +17,7 @@ def _view(args: argparse.Namespace) -> int:
     if args.serve:
         server = page_server(page, args.port)
         print(f"[swerve] serving the view on {page_url(server)} (Ctrl-C ends it)", flush=True)
+        signal.signal(signal.SIGTERM, _interrupt)  # `kill`, a supervisor's stop: the same clean end as Ctrl-C
         try:
             server.serve_forever()
         except KeyboardInterrupt:
@@ -23,6 +25,10 @@ def _view(args: argparse.Namespace) -> int:
         finally:
             server.server_close()
     return 0
+
+
+def _interrupt(signum: int, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def register(sub: argparse._SubParsersAction) -> None:

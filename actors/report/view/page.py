@@ -11,7 +11,7 @@ from typing import Sequence
 from actors.report import redact
 from actors.report.run_dir import write_text_atomic
 from actors.report.view.run_data import PageData, page_data
-from actors.report.view.tokens import reply_pieces
+from actors.report.view.tokens import ReplyPieces
 
 PAGE_NAME = "view.html"
 ASSETS = Path(__file__).resolve().parent
@@ -20,7 +20,7 @@ ASSETS = Path(__file__).resolve().parent
 def write_page(root: Path, stage_order: Sequence[str]) -> Path:
     """runs/<name>/view.html for the run directory `root`, written whole at once (secrets blanked)."""
     page = root / PAGE_NAME
-    write_text_atomic(page, render(page_data(root, stage_order, reply_pieces)))
+    write_text_atomic(page, render(page_data(root, stage_order, ReplyPieces())))
     return page
 
 

@@ -55,14 +55,23 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     return pieces
 
 
-def reply_pieces(stage_dir: Path, ids: list[int], replies: list[int]) -> list[str]:
+class ReplyPieces:
     """Every generated token's text, reply by reply, secrets blanked within each reply; the ids
-    themselves (as "<id>") when the run's tokenizer is not here."""
-    path = find_tokenizer(stage_dir)
-    if path is None:
-        return [f"<{token}>" for token in ids]
-    tokenizer, out, at = _tokenizer(str(path)), [], 0
-    for length in replies:
-        out += redact.redact_pieces(token_pieces(tokenizer, ids[at:at + length]))
-        at += length
-    return out
+    themselves (as "<id>") when the run's tokenizer is not here. One per page written: each
+    stage's tokenizer is looked up once (reading a stage's config costs ~0.4 s, and a run's steps
+    hold hundreds of trajectories), and a later page looks again (a policy written since)."""
+
+    def __init__(self):
+        self._paths: dict[Path, Optional[Path]] = {}
+
+    def __call__(self, stage_dir: Path, ids: list[int], replies: list[int]) -> list[str]:
+        if stage_dir not in self._paths:
+            self._paths[stage_dir] = find_tokenizer(stage_dir)
+        path = self._paths[stage_dir]
+        if path is None:
+            return [f"<{token}>" for token in ids]
+        tokenizer, out, at = _tokenizer(str(path)), [], 0
+        for length in replies:
+            out += redact.redact_pieces(token_pieces(tokenizer, ids[at:at + length]))
+            at += length
+        return out

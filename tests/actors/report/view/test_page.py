@@ -40,11 +40,15 @@ def test_no_secret_reaches_the_page(tmp_path, tokenizer_path, monkeypatch):
 
 
 @pytest.mark.slow  # a swerve process serving the page
-def test_serve_answers_the_page_on_loopback_and_nothing_beside_it_until_ctrl_c(tmp_path, tokenizer_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_serve_answers_the_page_on_loopback_and_nothing_beside_it_until_stopped(tmp_path, tokenizer_path, stop):
     """`swerve view RUN --serve` as a user runs it: the URL it prints answers the page; the run's
-    other files are not served; Ctrl-C (SIGINT) ends it cleanly."""
+    other files are not served; Ctrl-C (SIGINT) or a `kill` (SIGTERM) ends it cleanly."""
     root = write_run(tmp_path / "run", tokenizer_path)
-    server = subprocess.Popen([sys.executable, "-m", "actors", "view", str(root), "--serve"], cwd=REPO,
+    # SIGINT at its default, as for a terminal's foreground job: a runner started in the background
+    # of a non-interactive shell ignores SIGINT, and its children would inherit that.
+    server = subprocess.Popen(["env", "--default-signal=SIGINT", sys.executable, "-m", "actors", "view", str(root),
+                               "--serve"], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         lines = []
@@ -58,6 +62,6 @@ def test_serve_answers_the_page_on_loopback_and_nothing_beside_it_until_ctrl_c(t
             urllib.request.urlopen(url + "rl/metrics.jsonl", timeout=10)
         assert err.value.code == 404
     finally:
-        os.killpg(server.pid, signal.SIGINT)
+        os.killpg(server.pid, stop)
         rest = server.communicate(timeout=30)[0]
     assert server.returncode == 0 and "view server ended" in rest

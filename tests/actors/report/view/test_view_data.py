@@ -5,7 +5,7 @@ import json
 import pytest
 
 from actors.report.view.run_data import TASKS_PER_CHUNK, page_data, stage_dirs
-from actors.report.view.tokens import reply_pieces, token_pieces
+from actors.report.view.tokens import ReplyPieces, token_pieces
 from policies.tokenizer import load_tokenizer
 from tests.actors.report.view.run_fixture import REPLY, write_run
 
@@ -21,7 +21,7 @@ def test_each_token_s_piece_joins_back_to_the_reply_even_inside_a_character(toke
 
 
 def test_steps_trajectories_and_eval_tasks_are_read_from_the_run(tmp_path, tokenizer_path):
-    data = page_data(write_run(tmp_path / "run", tokenizer_path), STAGES, reply_pieces)
+    data = page_data(write_run(tmp_path / "run", tokenizer_path), STAGES, ReplyPieces())
     assert data.index["stages"] == ["sft", "rl"]  # no base stage in this run
     step, = data.index["steps"]
     assert (step["stage"], step["step"], step["trajectories"], step["trained"]) == ("rl", 1, 2, 2)
@@ -41,7 +41,7 @@ def test_steps_trajectories_and_eval_tasks_are_read_from_the_run(tmp_path, token
 def test_a_secret_the_policy_typed_is_blanked_in_the_token_pieces(tmp_path, tokenizer_path, monkeypatch):
     secret = "qv7Rt2Lx9pZw4Nk8"
     monkeypatch.setenv("SWERVE_VIEW_TEST_TOKEN", secret)
-    data = page_data(write_run(tmp_path / "run", tokenizer_path, secret=secret), STAGES, reply_pieces)
+    data = page_data(write_run(tmp_path / "run", tokenizer_path, secret=secret), STAGES, ReplyPieces())
     rows = data.chunks[data.index["steps"][0]["chunk"]]
     text = "".join(rows[0]["tokens"]["text"])
     assert secret not in text and "[REDACTED]" in text and len(rows[0]["tokens"]["text"]) == len(rows[0]["tokens"]["ids"])
@@ -52,7 +52,7 @@ def test_without_the_run_s_tokenizer_the_tokens_show_as_ids(tmp_path, tokenizer_
 
     root = write_run(tmp_path / "run", tokenizer_path)
     shutil.rmtree(root / "rl" / "policy")
-    rows = page_data(root, STAGES, reply_pieces).chunks["step-rl-1"]
+    rows = page_data(root, STAGES, ReplyPieces()).chunks["step-rl-1"]
     assert rows[0]["tokens"]["text"][0] == f"<{rows[0]['tokens']['ids'][0]}>"
 
 
@@ -69,6 +69,6 @@ def test_eval_transcripts_come_in_chunks_of_tasks(tmp_path):
     tasks = [f"t{i:03d}" for i in range(TASKS_PER_CHUNK + 3)]
     (root / "sft" / "eval.json").write_text(json.dumps({"per_task": [
         {"task_id": t, "n": 1, "resolved": 1, "outcomes": ["resolved"]} for t in tasks]}))
-    data = page_data(root, STAGES, reply_pieces)
+    data = page_data(root, STAGES, ReplyPieces())
     assert [t["chunk"] for t in data.index["eval"]["tasks"]].count("attempts-1") == 3
     assert data.index["eval"]["tasks"][0]["change"] is None  # one stage: nothing to compare
