@@ -63,5 +63,10 @@ def test_serve_answers_the_page_on_loopback_and_nothing_beside_it_until_stopped(
         assert err.value.code == 404
     finally:
         os.killpg(server.pid, stop)
-        rest = server.communicate(timeout=30)[0]
+        try:
+            rest = server.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)  # a server the signal did not end outlives no test
+            server.communicate()
+            raise
     assert server.returncode == 0 and "view server ended" in rest
