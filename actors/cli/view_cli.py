@@ -17,7 +17,7 @@ def _view(args: argparse.Namespace) -> int:
     if args.serve:
         server = page_server(page, args.port)
         print(f"[swerve] serving the view on {page_url(server)} (Ctrl-C ends it)", flush=True)
-        signal.signal(signal.SIGTERM, _interrupt)  # `kill`, a supervisor's stop: the same clean end as Ctrl-C
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill`, a supervisor's stop: the same clean end as Ctrl-C
         try:
             server.serve_forever()
         except KeyboardInterrupt:
@@ -25,10 +25,6 @@ def _view(args: argparse.Namespace) -> int:
         finally:
             server.server_close()
     return 0
-
-
-def _interrupt(signum: int, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def register(sub: argparse._SubParsersAction) -> None:
