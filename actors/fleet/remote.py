@@ -194,8 +194,16 @@ class SandboxLease:
         if self._handle is None:
             return
         handle, self._handle = self._handle, None
+        # Closing ends what still runs and removes the workspace: as long as a command may take.
+        limit_s = self.cfg.command_timeout_s + self.margin_s
         try:
-            ray.get(handle.close.remote(), timeout=self.margin_s)
+            ray.get(handle.close.remote(), timeout=limit_s)
         except RayActorError:
             # A dead sandbox actor took its lease with it: nothing is left to close.
             log.info("sandbox-%d was already gone when its lease was closed", self.index)
+        except GetTimeoutError:
+            # The episode's outcome is already decided: a hung close must not end the episode
+            # loop. The actor is ended as after a crash (the next lease ends a jail it left).
+            ray.kill(handle)
+            log.warning("sandbox-%s did not close within %.0f s (sandbox.command_timeout_s + "
+                        "deadlines.sandbox_margin_s); its actor was killed", self.label, limit_s)

@@ -63,6 +63,36 @@ def test_a_sandbox_actor_slow_to_come_up_waits_on_its_own_deadline(ray_session, 
             time.sleep(0.2)
 
 
+def test_a_sandbox_that_hangs_in_close_is_killed_and_the_episode_loop_goes_on(ray_session, monkeypatch, caplog):
+    """Closing waits as long as a command may take (sandbox.command_timeout_s + the margin); a close
+    that outlives it does not raise out of the episode loop (its outcome is decided): the actor is killed."""
+    import logging
+
+    import ray
+
+    from actors.episodes.sandbox_actor import SandboxActor
+    from actors.fleet import remote
+
+    class HangsInClose(SandboxActor):
+        def close(self):
+            time.sleep(60.0)
+
+    monkeypatch.setattr(remote, "RemoteSandbox", ray.remote(HangsInClose))
+    lease = SandboxLease(0, SandboxConfig(command_timeout_s=1.0), "swerve-tests-lease-close", label="hangs",
+                         margin_s=0.5)
+    lease.start(load_tasks("builtin", "train")[0])
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger=remote.__name__):
+        lease.close()
+    assert 1.5 <= time.monotonic() - started < 30
+    assert "sandbox-hangs did not close within 2 s" in caplog.text
+    with pytest.raises(ValueError):  # killed, not left hanging with nobody using it
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ray.get_actor("sandbox-hangs", namespace="swerve-tests-lease-close")
+            time.sleep(0.2)
+
+
 def test_dead_engine_is_skipped_by_the_router(ray_session, model_path):
     import ray
 
