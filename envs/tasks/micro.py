@@ -15,12 +15,13 @@ the templates and families are shared, the names, constants and inputs are not.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from envs.tasks.cache import build_dir_once, cache_root
 from envs.tasks.minimal_edit import minimal_edit
@@ -263,12 +264,14 @@ def generate(split: str, count: Optional[int] = None) -> List[MicroTask]:
     return tasks
 
 
-def corpus_texts() -> List[List[str]]:
+@functools.cache
+def corpus_texts() -> Tuple[Tuple[str, ...], ...]:
     """What the offline tokenizer learns these tasks from (policies.corpus.build_corpus): per
     train task its issue (first: it starts with the function's name), module and tests. The
     first CORPUS_TASKS train tasks only: eval text stays unseen, and the corpus stays the same
-    however many tasks the train split or the stream hand out."""
-    return [[t.problem_statement, t.files[MODULE], t.files[TEST_MODULE]] for t in generate("train", CORPUS_TASKS)]
+    however many tasks the train split or the stream hand out. Kept per process (generating the
+    tasks costs ~2 s, asked at every run's start), hence tuples."""
+    return tuple((t.problem_statement, t.files[MODULE], t.files[TEST_MODULE]) for t in generate("train", CORPUS_TASKS))
 
 
 def content_keys(task: MicroTask) -> set[str]:
