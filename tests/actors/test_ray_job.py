@@ -79,7 +79,9 @@ def ray_head():
 
 
 def common_args(tmp_path, swerve_cache, name):
-    return [f"run.name={name}", f"run.dir={tmp_path}", f"model.cache_dir={swerve_cache}",
+    # The tests' small run (the embedded default's steps take a minute each on 2 cores): what is tested
+    # is the cluster path, the job API and the resume, not the recipe.
+    return ["--config", "tests/smoke.yaml", f"run.name={name}", f"run.dir={tmp_path}", f"model.cache_dir={swerve_cache}",
             f"tokenizer.cache_dir={swerve_cache}", "rollout.max_turns=3", "run.status_interval_s=1"]
 
 
