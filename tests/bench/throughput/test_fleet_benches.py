@@ -18,6 +18,10 @@ def test_scale_holds_every_episode_in_flight_at_once(ray_session, tiny_cfg, monk
     monkeypatch.setattr(bench_scale, "LEVELS", (2, 4))
     monkeypatch.setattr(bench_scale, "ABSORB_S", 0.5)
     monkeypatch.setattr(bench_scale, "POLL_S", 0.5)
+    monkeypatch.setattr(bench_scale, "HOLD_S", 1.0)
+    # The wait for the machine's memory to settle between levels: in make test the other worker's
+    # tests hold and free memory at will, so it waited its whole minute (the bench runs alone).
+    monkeypatch.setattr(bench_scale, "_wait_for_memory_back", lambda before_mb: None)
     result = bench_scale.scale(tiny_cfg, repetitions=1)
     assert [level["episodes"] for level in result["levels"]] == [2, 4]
     assert result["concurrent_episodes"] == 4  # no cap below the episode actors anywhere
