@@ -137,12 +137,14 @@ def weight_sync(cfg: Config, repetitions: int) -> dict:
     from actors.fleet.engine_set import EngineSet
     from actors.fleet.launch import init_ray, namespace
     from actors.stages.policy_setup import ensure_policy
+    from policies.engines.process import weights_file_bytes
     from policies.model import load_model
 
     init_ray(cfg)
     _, model_path = ensure_policy(cfg)
     state = {k: v.detach().clone() for k, v in load_model(model_path).state_dict().items()}
     size_mb = sum(v.numel() * v.element_size() for v in state.values()) / 2**20
+    weights = weights_file_bytes(state)  # as the trainer exports them (TrainerShard.export_weights)
     times: dict = {}
     for engines in (1, 2):
         engine_set = EngineSet(replace(cfg.engine, num_engines=engines), model_path, namespace(cfg)).start()
@@ -150,7 +152,7 @@ def weight_sync(cfg: Config, repetitions: int) -> dict:
             times[engines] = []
             for version in range(1, repetitions + 2):
                 started = time.perf_counter()
-                engine_set.sync(ray.put(state), version)  # ray.put included: the driver pays it too
+                engine_set.sync(ray.put(weights), version)  # ray.put included: the driver pays it too
                 if version > 1:  # the first push also warms the engines' weight path
                     times[engines].append(time.perf_counter() - started)
         finally:

@@ -131,7 +131,7 @@ class TrainerGroup:
                          "train_step")
 
     def export_weights(self) -> tuple[Any, dict]:
-        """(rank 0's state_dict as a Ray reference, rank 0's export metadata); every rank exports
+        """(rank 0's weights, a safetensors file's bytes, as a Ray reference, rank 0's export metadata); every rank exports
         (a collective on sharded backends) and the driver never fetches the weights themselves."""
         exports = [t.export_weights.options(num_returns=2).remote() for t in self.actors]
         metas = self._all([meta for meta, _ in exports], self.deadlines.weight_sync_s, "export_weights")

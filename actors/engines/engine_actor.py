@@ -278,12 +278,13 @@ class EngineActor:
             return list(self._inflight)
 
     # -- weights ----------------------------------------------------------------------
-    def update_weights(self, state_dict: Optional[dict], version: int) -> int:
-        """Serve `state_dict` as policy `version` (None: the checkpoint this engine started from);
+    def update_weights(self, weights: Optional[bytes], version: int) -> int:
+        """Serve `weights` (a safetensors file's bytes: TrainerShard.export_weights) as policy `version`
+        (None: the checkpoint this engine started from);
         returns the version now served. In-flight requests continue (see module docstring)."""
         with self._update_lock:
             t0 = time.perf_counter()
-            path = write_weights(self.workdir, self.model_path, state_dict, version)
+            path = write_weights(self.workdir, self.model_path, weights, version)
             t_write = time.perf_counter() - t0
             self._apply(lambda: self.client.update_weights_from_disk(path, weight_version=str(version)), version)
             self._set_version(version, t0, t_write)

@@ -30,7 +30,7 @@ class EngineSet:
     deadlines: DeadlinesConfig = field(default_factory=DeadlinesConfig)
     handles: list = field(default_factory=list)
     version: int = 0
-    weights: object = None  # ObjectRef of the current state_dict; None: the checkpoint at model_path
+    weights: object = None  # ObjectRef of the current weights (safetensors bytes); None: the checkpoint at model_path
     restarts: int = 0
     _next_check: float = 0.0
     _misses: dict = field(default_factory=dict)  # engine index -> health probes missed in a row
@@ -96,12 +96,12 @@ class EngineSet:
     def maybe_replace_dead(self) -> list[int]:
         return self.replace_dead() if time.monotonic() >= self._next_check else []
 
-    def sync(self, state_dict_ref, version: int) -> list[int]:
+    def sync(self, weights_ref, version: int) -> list[int]:
         """Every engine serves `version` when this returns. While the updates run, the engines still
         updating are probed every engine.health_interval_s: a dead or hung one (or one past
         deadlines.weight_sync_s) is replaced, and the replacement gets these weights first."""
-        self.weights, self.version = state_dict_ref, version
-        pending = {h.update_weights.remote(state_dict_ref, version): i for i, h in enumerate(self.handles)}
+        self.weights, self.version = weights_ref, version
+        pending = {h.update_weights.remote(weights_ref, version): i for i, h in enumerate(self.handles)}
         deadline = time.monotonic() + self.deadlines.weight_sync_s
         versions: list = [None] * len(self.handles)
         while pending:

@@ -9,7 +9,7 @@ Call order (the driver's, over Ray):
     shard.dp_rank_and_size()                                     # how the driver splits batches
     shard.load_checkpoint(dir)                                   # optional: resume
     shard.train_step(samples, temperature, global_loss_tokens)   # per update, every rank
-    shard.export_weights() (meta, state_dict) / hf_state_dict() / export_hf(dir) / broadcast_weights(...)
+    shard.export_weights() (meta, safetensors bytes) / hf_state_dict() / export_hf(dir) / broadcast_weights(...)
     shard.save_checkpoint(dir, step, extra)                      # every rank (collective)
     shard.close()
 
@@ -36,6 +36,7 @@ from configs.schema import DeadlinesConfig, TrainerConfig
 from policies.device import role_device
 from policies.hf_dir import write_hf_dir
 from policies.sample_types import TrainSample
+from policies.engines.process import weights_file_bytes
 from policies.engines.protocol import WEIGHT_UPDATE_GROUP
 from policies.training.trainer import Trainer
 from policies.training.trainer_backend import backend_class
@@ -128,15 +129,19 @@ class TrainerShard:
         self.time_export_s = time.perf_counter() - t0
         return os.path.abspath(out_dir)
 
-    def export_weights(self) -> tuple[dict, dict]:
+    def export_weights(self) -> tuple[dict, bytes]:
         """The weights for the engines as two return values: call it with `num_returns=2`, so the
-        driver hands the state_dict's ObjectRef to the engines without fetching it (the bytes go
+        driver hands the weights' ObjectRef to the engines without fetching it (the bytes go
         from this actor to the engines through the object store, never through the driver).
-        Returns ({"version", "time_export_s"}, the HF state_dict on rank 0, {} on the others).
+        Returns ({"version", "time_export_s"}, on rank 0 the HF state_dict as a safetensors file's
+        bytes (weights_file_bytes: the engine actors write it without torch), b"" on the others).
         Collective on sharded backends: every rank calls it."""
+        t0 = time.perf_counter()
         state = self.hf_state_dict()
+        weights = weights_file_bytes(state) if self.rank == 0 else b""
+        self.time_export_s = time.perf_counter() - t0
         meta = {"version": self._built().version, "time_export_s": self.time_export_s}
-        return meta, state if self.rank == 0 else {}
+        return meta, weights
 
     def init_weight_update_group(self, master_address: str, master_port: int, world_size: int,
                                  group_name: str = WEIGHT_UPDATE_GROUP, backend: str = "nccl",

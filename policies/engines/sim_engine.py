@@ -173,7 +173,7 @@ class SimEngine:
         return self._active[: self.cfg.max_batch_size]
 
     # -- weights and health -------------------------------------------------------------
-    def update_weights(self, state_dict: Optional[dict], version: int) -> int:
+    def update_weights(self, weights: Optional[bytes], version: int) -> int:
         """Decoding pauses for engine.sim.weight_update_s; in-flight requests continue after it."""
         started = time.perf_counter()
         with self._cv:

@@ -12,6 +12,7 @@ import torch
 from actors.engines import engine_actor
 from actors.engines.engine_actor import EngineActor
 from policies.engines.client import EngineClient, EngineUnreachable, generate_body, parse_generate
+from policies.engines.process import weights_file_bytes
 from configs.schema import EngineConfig
 from policies.model import load_model
 from policies.sample_types import SampleRequest
@@ -44,7 +45,7 @@ def wait_running(engine, n=1, timeout_s=30.0):
 
 def perturbed(model_path, scale=0.05, seed=0):
     torch.manual_seed(seed)
-    return {k: v + scale * torch.randn_like(v) for k, v in load_model(model_path).state_dict().items()}
+    return weights_file_bytes({k: v + scale * torch.randn_like(v) for k, v in load_model(model_path).state_dict().items()})
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +189,7 @@ def test_sglang_path_aborts_and_resumes_with_exact_versions(monkeypatch, tmp_pat
         while not engine.inflight() and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.3)
-        assert engine.update_weights({"w": torch.zeros(2)}, 1) == 1
+        assert engine.update_weights(weights_file_bytes({"w": torch.zeros(2)}), 1) == 1
         worker.join()
         out = result["out"]
         assert len(out.token_ids) == 150 and out.finish_reason == "length"

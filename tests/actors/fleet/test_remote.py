@@ -132,10 +132,11 @@ def test_injected_llm_errors_are_engine_infra_errors(model_path):
 def _perturbed(model_path):
     import torch
 
+    from policies.engines.process import weights_file_bytes
     from policies.model import load_model
 
     torch.manual_seed(0)
-    return {k: v + 0.05 * torch.randn_like(v) for k, v in load_model(model_path).state_dict().items()}
+    return weights_file_bytes({k: v + 0.05 * torch.randn_like(v) for k, v in load_model(model_path).state_dict().items()})
 
 
 def test_dead_engine_is_replaced_and_serves_the_current_weights(ray_session, model_path):
@@ -195,5 +196,8 @@ def test_a_replacement_serves_nothing_before_its_weights(ray_session, model_path
         assert ray.get(engine.update_weights.remote(ray.put(_perturbed(model_path)), 3)) == 3
         out = ray.get(pending)  # the perturbed model may end its reply early, on its end-of-text id
         assert out.token_ids and out.versions == [3] * len(out.token_ids)
+        # The weights come as a safetensors file's bytes: the engine actor wrote them without torch
+        # (importing it cost ~2 s at every fleet's first weight sync).
+        assert ray.get(engine.__ray_call__.remote(lambda self: "torch" in __import__("sys").modules)) is False
     finally:
         ray.kill(engine)

@@ -5,6 +5,7 @@ import os
 import socket
 
 import pytest
+import safetensors.torch
 import torch
 import torch.multiprocessing as mp
 
@@ -53,9 +54,10 @@ def test_weight_exports_load_as_hf_models(model_path, tmp_path):
 
     shard = TrainerShard(0, 1, TrainerConfig(lr=1e-2), model_path, seed=0)
     assert shard.train_step(samples(), 1.0, 5)["version"] == 1
-    meta, state_dict = shard.export_weights()
+    meta, weights = shard.export_weights()
     assert meta["version"] == 1 and meta["time_export_s"] >= 0
-    assert set(state_dict) == set(shard.hf_state_dict())
+    exported, state = safetensors.torch.load(weights), shard.hf_state_dict()
+    assert set(exported) == set(state) and all(torch.equal(exported[k], state[k]) for k in state)
     out = shard.export_hf(str(tmp_path / "hf"))
     assert os.path.isfile(os.path.join(out, "model.safetensors"))
     assert os.path.isfile(os.path.join(out, "tokenizer.json"))
