@@ -45,12 +45,19 @@ $(STAMP): pyproject.toml | debian
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(call step_end,venv)
 	@# torch first, pinned: otherwise a dependency pulls a multi-GB CUDA build
+	@# pip byte-compiles what it installs one file at a time (most of these steps' time); here it
+	@# installs only, and compileall then compiles the venv on every core (the set-up: ~170 s -> ~130 s).
 	@$(call step_begin,torch)
-	@$(call logged,$(PY) -m pip install -q torch==2.13.0)
+	@$(call logged,$(PY) -m pip install -q --no-compile torch==2.13.0)
 	@$(call step_end,torch)
 	@$(call step_begin,swerve)
-	@$(call logged,$(PY) -m pip install -q -e '.[dev]')
+	@$(call logged,$(PY) -m pip install -q --no-compile -e '.[dev]')
 	@$(call step_end,swerve)
+	@$(call step_begin,compile)
+	@# Skipped: one file of torch's own tests written in Python 3.12 syntax (pip skipped it too).
+	@$(call logged,$(PY) -m compileall -q -j 0 -x 'torch/testing/_internal/py312_intrinsics\.py' \
+		"$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')")
+	@$(call step_end,compile)
 	@touch $(STAMP)
 
 # SGLang's own code beside the venv (not in it: its dependencies are GPU-only), pinned, with --no-deps:
