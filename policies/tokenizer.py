@@ -112,7 +112,7 @@ def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]],
                 f"tokenizer.path: no tokenizer directory at {cfg.path!r}; set tokenizer.path to a directory "
                 "holding tokenizer.json or tokenizer_config.json, or leave it empty to train the tiny tokenizer")
         return cfg.path
-    corpus = _corpus(task_texts, harness)
+    corpus = build_corpus(task_texts, harness)
     phrases = harness_phrases(harness) if harness is not None else []
     key = content_hash({
         "kind": "byte_level_bpe",
@@ -126,19 +126,6 @@ def ensure_tokenizer(cfg: TokenizerConfig, task_texts: Sequence[Sequence[str]],
     })
     final_dir = os.path.join(os.path.expanduser(cfg.cache_dir), "tokenizers", key)
     return build_once(final_dir, lambda tmp_dir: _train(cfg.vocab_size, corpus, phrases, tmp_dir))
-
-
-# The corpus of each input seen by this process, by the inputs' digest: building it costs ~1 s, and a
-# process that starts many runs (a pipeline's stages, a test session) asks for the same one each time.
-_CORPORA: dict[str, List[str]] = {}
-
-
-def _corpus(task_texts: Sequence[Sequence[str]], harness: Optional[HarnessVocabulary]) -> List[str]:
-    inputs = [[list(texts) for texts in task_texts], None if harness is None else [harness.texts, harness.tools]]
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-    if digest not in _CORPORA:
-        _CORPORA[digest] = build_corpus(task_texts, harness)
-    return _CORPORA[digest]
 
 
 def harness_phrases(harness: HarnessVocabulary) -> List[str]:
