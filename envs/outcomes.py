@@ -41,6 +41,15 @@ class ActorLost(InfraError):
     forgives a failed workspace reset as the agent's must not forgive this one."""
 
 
+class LeaseLost(InfraError):
+    """The lease behind a call died under it (its container killed, its init OOM-killed, its VM or
+    the connection to it gone): as ActorLost, never the agent's doing, so a grader that forgives a
+    failed workspace reset as the agent's must not forgive this one."""
+
+    def __init__(self, message: str):
+        super().__init__(InfraSource.SANDBOX, message)
+
+
 class TaskRefused(InfraError):
     """A task this run's settings cannot run as it asks (a network the sandboxes lack): never the
     agent's, so never scored; the task is re-run and, refused again, quarantined with this reason."""

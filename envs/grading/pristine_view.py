@@ -18,7 +18,7 @@ from typing import Dict, Optional
 from configs.schema import SandboxConfig, SWEEnvConfig
 from envs.grading import harbor_verifier
 from envs.grading.grader import GradeResult, grade, grader_written_paths, scratch_paths
-from envs.outcomes import ActorLost, InfraError, InfraSource, WorkspaceError
+from envs.outcomes import ActorLost, InfraError, InfraSource, LeaseLost, WorkspaceError
 from envs.grading.protection import classify, is_tool_output, local_modules, source_reason
 from envs.sandboxes.sandbox import Sandbox, command_line_chunks
 from envs.tasks.task import Task
@@ -110,12 +110,13 @@ def reset_or_replace(sandbox: Sandbox, task: Task) -> str:
     """Reset the workspace; when what the agent left defeats the reset, the sandbox is replaced
     by a fresh lease on the same task and the attempt is refused ("" when the reset worked): a
     restore the backend could not complete is blamed on what the agent left, since a fresh lease
-    on the same task works. A sandbox actor that died or missed its deadline (ActorLost), or a
-    fresh lease that cannot start, is the machinery's failure: raised, never the agent's 0."""
+    on the same task works. A sandbox actor that died or missed its deadline (ActorLost), a lease
+    that died (LeaseLost: its container killed, its VM gone) or a fresh lease that cannot start is
+    the machinery's failure: raised, never the agent's 0."""
     try:
         sandbox.reset()
         return ""
-    except ActorLost:
+    except (ActorLost, LeaseLost):
         raise
     except Exception as error:  # noqa: BLE001 - whatever the agent left, the lease is replaced below
         log.warning("reset of %s failed (%s: %s): replacing its sandbox", task.id, type(error).__name__, error)

@@ -34,7 +34,7 @@ from envs.sandboxes.cgroups import pid_alive
 from envs.sandboxes.container_sandbox import (CLIENT_GRACE_S, CONTAINER_ENV, DEFAULT_WORKDIR, deadline_fired, fill_script, pristine_path,
                                     restore_script, seal_script, setup_env, setup_script, workspace_path)
 from envs.sandboxes.gateway_route import GATEWAY_MOUNT, checked_ro_binds, make_gateway_dir
-from envs.outcomes import InfraError, InfraSource, TaskRefused
+from envs.outcomes import InfraError, InfraSource, LeaseLost, TaskRefused
 from envs.sandboxes.jail.capture import TIMEOUT_EXIT_CODE
 from envs.sandboxes.process import run_process
 from envs.sandboxes.sandbox import ExecResult, command_line_chunks
@@ -210,7 +210,7 @@ class DockerSandbox:
     @staticmethod
     def _gone(container: str, output: str) -> None:
         last = (output.strip().splitlines() or ["-"])[-1][-300:]
-        raise InfraError(InfraSource.SANDBOX, f"docker: container {container[:12]} is gone (last output: {last})")
+        raise LeaseLost(f"docker: container {container[:12]} is gone (last output: {last})")
 
     def _running(self, container: str) -> bool:
         state = self._run([self._docker, "inspect", "-f", "{{.State.Running}}", container], "inspect the container")
@@ -297,8 +297,15 @@ class DockerSandbox:
     def reset(self) -> None:
         self._lease()  # no lease is the caller's error, never a reason to make one
         # A restore that what the agent left defeats raises; the grader then replaces the lease
-        # (envs/grading/pristine_view.py) and the attempt scores 0.
-        self._root_sh(restore_script(self.workdir), "reset the workspace")
+        # (envs/grading/pristine_view.py) and the attempt scores 0; a container that died is no
+        # restore the agent defeated (LeaseLost: re-run, never scored).
+        container = self._lease()
+        try:
+            self._root_sh(restore_script(self.workdir), "reset the workspace")
+        except InfraError as error:
+            if not self._running(container):
+                self._gone(container, str(error))
+            raise
 
     def gateway_dir(self) -> Optional[Path]:
         """The lease's gateway folder on this host (envs/sandboxes/gateway_route.py)."""

@@ -45,7 +45,7 @@ from envs.sandboxes.container_sandbox import (
     workspace_path,
     workspace_tarball,
 )
-from envs.outcomes import InfraError, InfraSource
+from envs.outcomes import InfraError, InfraSource, LeaseLost
 from envs.sandboxes.jail.capture import TIMEOUT_EXIT_CODE, CappedOutput
 from envs.sandboxes.sandbox import ExecResult
 from envs.tasks.task import Task
@@ -247,14 +247,21 @@ class E2BSandbox:
         self._run_root(seal, "snapshot the workspace", cwd="/")
 
     def _run_root(self, script: str, what: str, cwd: Optional[str] = None) -> str:
-        """The script's stdout."""
+        """The script's stdout. A script that ran and failed or outlived its deadline is an
+        InfraError that the grader's reset may blame on what the agent left; a sandbox that is gone
+        (not found, stopped, unreachable) is LeaseLost, which it never blames on the agent."""
         from e2b import CommandExitException  # optional SDK (see start)
+        from e2b.exceptions import (GuestUnresponsiveException, SandboxNotFoundException, SandboxNotRunningException,
+                                    SandboxUnreachableException)
 
         try:
             return self._lease().commands.run(script, user=_ROOT, cwd=cwd or "/",
                                               timeout=self.config.command_timeout_s + 60).stdout
         except CommandExitException as error:
             raise InfraError(InfraSource.SANDBOX, f"e2b: cannot {what} ({error.exit_code}): {error.stderr}") from error
+        except (SandboxNotFoundException, SandboxNotRunningException, SandboxUnreachableException,
+                GuestUnresponsiveException) as error:
+            raise LeaseLost(f"e2b: cannot {what}: the sandbox is gone: {_describe(error)}") from error
         except Exception as error:  # noqa: BLE001
             raise InfraError(InfraSource.SANDBOX, f"e2b: cannot {what}: {_describe(error)}") from error
 

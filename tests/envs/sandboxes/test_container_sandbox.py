@@ -48,14 +48,22 @@ def test_the_setup_log_is_removed(tmp_path):
 # ---- reset of what the agent left (the e2b backend against the offline envd; docker alike) -----
 
 @pytest.fixture
-def e2b_box(tmp_path, monkeypatch, task_by_id):
+def envd():
     pytest.importorskip("e2b")
     pytest.importorskip("aiohttp", reason="the in-test envd server runs on aiohttp (installed with ray[default])")
-    from configs.schema import SandboxConfig
-    from envs.sandboxes.e2b_sandbox import E2BSandbox
     from tests.envs.sandboxes.envd_server import FakeEnvd
 
     server = FakeEnvd().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def e2b_box(envd, tmp_path, monkeypatch, task_by_id):
+    from configs.schema import SandboxConfig
+    from envs.sandboxes.e2b_sandbox import E2BSandbox
+
+    server = envd
     monkeypatch.setenv("E2B_DEBUG", "true")
     monkeypatch.setenv("E2B_SANDBOX_URL", server.url)
     monkeypatch.setenv("E2B_API_KEY", "e2b_test_key")
@@ -63,7 +71,6 @@ def e2b_box(tmp_path, monkeypatch, task_by_id):
     box.start(task_by_id["textkit-001"])
     yield box
     box.close()
-    server.stop()
     # pytest's own clean-up of old tmp dirs is recursive: it must never meet a deep tree.
     subprocess.run(["rm", "-rf", "--", str(tmp_path)], check=True)
 
@@ -98,6 +105,23 @@ def test_a_container_reset_that_cannot_complete_replaces_the_sandbox(e2b_box, mo
     assert e2b_box._box is not used and e2b_box.read_files(["textkit/case.py"])["textkit/case.py"] == original
 
 
+def test_a_container_reset_whose_sandbox_is_gone_is_the_machinerys_failure_not_the_agents(e2b_box, envd):
+    """A VM that cannot be reached when the grader resets it (gone, expired, its connection lost) is
+    LeaseLost: the attempt is re-run, never scored 0 as a restore the agent's workspace defeated."""
+    import asyncio
+
+    from envs.grading.pristine_view import reset_or_replace
+    from envs.outcomes import LeaseLost
+
+    used = e2b_box._box
+    asyncio.run_coroutine_threadsafe(envd._runner.cleanup(), envd._loop).result(timeout=10)  # the VM is gone
+    envd._runner = None
+    with pytest.raises(LeaseLost) as caught:
+        reset_or_replace(e2b_box, e2b_box._task)
+    assert caught.value.source == InfraSource.SANDBOX and "reset the workspace" in str(caught.value)
+    assert e2b_box._box is used  # not replaced behind the grader
+
+
 # A docker CLI whose restore fails (as one past docker_cli_timeout_s would): the rest succeeds.
 _FAILING_RESTORE_DOCKER = '''
 import json, os, sys
@@ -107,19 +131,15 @@ with open(os.environ["DOCKER_FAKE_LOG"], "a") as handle:
 if args[0] == "run":
     print("container%d" % sum(1 for _ in open(os.environ["DOCKER_FAKE_LOG"])))
 elif args[0] == "inspect":
-    print("true")
+    print(os.environ.get("DOCKER_FAKE_RUNNING", "true"))
 elif args[0] == "exec" and any("-delete" in arg for arg in args):
     sys.exit(1)
 '''
 
 
-def test_a_docker_reset_that_cannot_complete_replaces_the_container(tmp_path, monkeypatch, task_by_id):
-    import json
+@pytest.fixture
+def failing_restore_docker(tmp_path, monkeypatch):
     import sys
-
-    from configs.schema import SandboxConfig
-    from envs.sandboxes.docker_sandbox import DockerSandbox
-    from envs.grading.pristine_view import reset_or_replace
 
     (tmp_path / "bin").mkdir()
     script = tmp_path / "bin" / "docker"
@@ -127,11 +147,42 @@ def test_a_docker_reset_that_cannot_complete_replaces_the_container(tmp_path, mo
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("DOCKER_FAKE_LOG", str(tmp_path / "docker.log"))
+    return tmp_path / "docker.log"
+
+
+def test_a_docker_reset_that_cannot_complete_replaces_the_container(failing_restore_docker, task_by_id):
+    import json
+
+    from configs.schema import SandboxConfig
+    from envs.sandboxes.docker_sandbox import DockerSandbox
+    from envs.grading.pristine_view import reset_or_replace
+
     box = DockerSandbox(SandboxConfig(docker_image="python:3.11-slim"))
     box.start(task_by_id["textkit-001"])
     used = box.container
     assert "the sandbox was replaced" in reset_or_replace(box, task_by_id["textkit-001"])
-    calls = [json.loads(line) for line in (tmp_path / "docker.log").read_text().splitlines()]
+    calls = [json.loads(line) for line in failing_restore_docker.read_text().splitlines()]
     assert box.container != used and ["rm", "-f", "-v", used] in calls
     assert [call[0] for call in calls].count("run") == 2
+    box.close()
+
+
+def test_a_docker_reset_under_which_the_container_died_is_the_machinerys_failure(failing_restore_docker, task_by_id,
+                                                                                monkeypatch):
+    """The container was killed (or its init OOM-killed) before the grader's reset: LeaseLost, so
+    the attempt is re-run rather than scored 0, and no fresh container is made behind the grader."""
+    import json
+
+    from configs.schema import SandboxConfig
+    from envs.sandboxes.docker_sandbox import DockerSandbox
+    from envs.grading.pristine_view import reset_or_replace
+    from envs.outcomes import LeaseLost
+
+    box = DockerSandbox(SandboxConfig(docker_image="python:3.11-slim"))
+    box.start(task_by_id["textkit-001"])
+    monkeypatch.setenv("DOCKER_FAKE_RUNNING", "false")
+    with pytest.raises(LeaseLost, match="is gone"):
+        reset_or_replace(box, task_by_id["textkit-001"])
+    calls = [json.loads(line) for line in failing_restore_docker.read_text().splitlines()]
+    assert [call[0] for call in calls].count("run") == 1
     box.close()

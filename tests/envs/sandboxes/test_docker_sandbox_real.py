@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from envs.outcomes import InfraError
+from envs.grading.pristine_view import reset_or_replace
+from envs.outcomes import InfraError, LeaseLost
 from tests.envs.sandboxes.test_docker_sandbox import HOST_SECRETS
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -166,6 +167,9 @@ def test_a_container_killed_under_the_agent_is_an_infra_error_not_a_failed_comma
     with pytest.raises(InfraError, match="is gone") as error:
         box.exec("true")
     assert error.value.source.value == "sandbox"
+    # Killed before the grader's reset: the machinery's failure (re-run), not a restore the agent defeated (0).
+    with pytest.raises(LeaseLost, match="is gone"):
+        reset_or_replace(box, task_by_id["textkit-001"])
     box.start(task_by_id["textkit-001"])  # a fresh lease works again
     assert box.exec("echo back").output.strip() == "back"
 
