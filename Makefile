@@ -50,8 +50,12 @@ $(STAMP): pyproject.toml | debian
 	@$(call step_begin,torch)
 	@$(call logged,$(PY) -m pip install -q --no-compile torch==2.13.0)
 	@$(call step_end,torch)
+	@# The rest through uv: the same releases as pip resolves (compared package by package), in
+	@# ~10 s against pip's 70-85 s. torch stays pip's (uv does not look at the CPU wheel on disk);
+	@# installed first, it satisfies swerve's pin, so uv keeps it.
 	@$(call step_begin,swerve)
-	@$(call logged,$(PY) -m pip install -q --no-compile -e '.[dev]')
+	@$(call logged,$(PY) -m pip install -q --no-compile uv==0.13.10)
+	@$(call logged,$(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]')
 	@$(call step_end,swerve)
 	@$(call step_begin,compile)
 	@# Skipped: one file of torch's own tests written in Python 3.12 syntax (pip skipped it too).
