@@ -99,6 +99,9 @@ def test_job_is_watched_live_and_resumes_after_its_driver_is_killed(ray_head, tm
                              env=ray_head.env, capture_output=True, text=True, timeout=120)
         return out.returncode == 0 and json.loads(out.stdout.strip().splitlines()[-1])
 
+    # Each `swerve status` is a process that imports swerve and joins the cluster (seconds of CPU):
+    # asked once the run has trained a step (and goes on), not every 2 s while the job starts.
+    wait_until((run / "metrics.jsonl").is_file, 300, "the job's first step")
     status = wait_until(live_status, 180, "swerve status to attach", poll_s=2)
     assert status["accounting"]["identity_holds"] is True and status["engines"]
 
