@@ -21,7 +21,8 @@ WAITING, GATE = "/tmp/swerve-test-waiting", "/tmp/swerve-test-gate"
 def _gated(trainable_tasks):
     """Each task's setup marks its lease as waiting and waits for the gate: a lease of this run can
     be caught mid-start, so a kill always lands inside an episode (a tiny model's episode is mostly
-    format errors, which touch the sandbox no more after its start: a kill after it costs nothing)."""
+    format errors: it touches its sandbox at its start and at its end, when its change is read
+    back, and a kill after that costs nothing)."""
     def gated(cfg_tasks):
         tasks, skipped = trainable_tasks(cfg_tasks)
         wait = f"touch {WAITING}; until [ -e {GATE} ]; do sleep 0.1; done; rm -f {WAITING}"
