@@ -295,11 +295,10 @@ class DockerSandbox:
                   stdin=buffer.getvalue())
 
     def reset(self) -> None:
-        self._lease()  # no lease is the caller's error, never a reason to make one
+        container = self._lease()  # no lease is the caller's error, never a reason to make one
         # A restore that what the agent left defeats raises; the grader then replaces the lease
         # (envs/grading/pristine_view.py) and the attempt scores 0; a container that died is no
         # restore the agent defeated (LeaseLost: re-run, never scored).
-        container = self._lease()
         try:
             self._root_sh(restore_script(self.workdir), "reset the workspace")
         except InfraError as error:
